@@ -1,0 +1,282 @@
+"""Approval ports: who says yes to a call that needs approval.
+
+A port's ``decide(request)`` returns a ``Decision``, or None for "not decided yet"
+(only a deferred port does that). The executor owns the policy around it: a port that
+raises denies (fail closed), no port denies, and a decision binds to the digest it was
+asked about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import msgspec
+
+from ..errors import ApprovalPending, ToolUsageError
+from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
+
+if TYPE_CHECKING:
+    from ..ledger._protocol import Ledger
+
+__all__ = [
+    "ApprovalPort",
+    "ApprovalRequest",
+    "CallbackApproval",
+    "Decision",
+    "DeferredApproval",
+    "PendingApproval",
+    "redacted",
+]
+
+REDACTED = "[redacted]"
+
+
+def redacted(args: Any, names: frozenset[str]) -> Any:
+    """``args`` with the values of ``names`` replaced, for anything that reaches the ledger."""
+    if not names or not isinstance(args, dict):
+        return args
+    return {k: (REDACTED if k in names else v) for k, v in args.items()}
+
+
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a port is asked: one call, one tool, one digest of validated arguments."""
+
+    request_id: str
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    digest: str
+    metadata: dict[str, Any] = {}
+    redact: frozenset[str] = frozenset()
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """A reviewer's answer. ``edits`` replace the arguments entirely (validated again).
+
+    ``digest``, when set, binds the decision to arguments with that digest: a decision
+    carried in ``CallContext.approval`` for other arguments is ignored.
+    """
+
+    approved: bool
+    reviewer: str = ""
+    reason: str = ""
+    edits: dict[str, Any] | None = None
+    digest: str | None = None
+
+
+@runtime_checkable
+class ApprovalPort(Protocol):
+    """Anything with ``async decide(request) -> Decision | None``."""
+
+    async def decide(self, request: ApprovalRequest) -> Decision | None: ...
+
+
+class CallbackApproval:
+    """A port from a function: ``fn(request)`` returns bool or ``Decision``, sync or async."""
+
+    def __init__(
+        self,
+        fn: Callable[[ApprovalRequest], bool | Decision | Awaitable[bool | Decision]],
+        *,
+        reviewer: str = "callback",
+    ) -> None:
+        self._fn = fn
+        self._reviewer = reviewer
+
+    async def decide(self, request: ApprovalRequest) -> Decision:
+        answer = self._fn(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if isinstance(answer, Decision):
+            return answer
+        return Decision(approved=bool(answer), reviewer=self._reviewer)
+
+
+class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
+    """An open deferred request, as ``DeferredApproval.pending()`` lists it."""
+
+    request_id: str
+    run_id: str
+    call_id: str
+    tool: str
+    digest: str
+    args: Any
+    metadata: dict[str, Any]
+    ts: float
+    seq: int
+
+
+class _Request(msgspec.Struct, kw_only=True):
+    pending: PendingApproval
+    answer: ApprovalAnswered | None = None
+    consumed_by: tuple[str, str] | None = None
+
+
+class DeferredApproval:
+    """Out-of-band review in two phases, through the ledger.
+
+    The first ask records ``approval.pending`` and returns None (the call ends with
+    ``ApprovalPending``). A reviewer answers with :meth:`answer`, from this process or any
+    other that opens the same ledger (the CLI included). The next ask for the same
+    (run_id, tool, digest) returns the decision and records ``approval.consumed``: one
+    decision authorizes one execution. Pending requests survive restarts, because this
+    port's state is a fold of the ledger.
+    """
+
+    def __init__(self, ledger: Ledger, *, clock: Callable[[], float] | None = None) -> None:
+        self._ledger = ledger
+        self._clock = clock or time.time
+        self._cursor = 0
+        self._requests: dict[str, _Request] = {}
+        self._by_key: dict[tuple[str, str, str], list[str]] = {}
+        self._lock = asyncio.Lock()
+
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, ApprovalDeferred):
+            pending = PendingApproval(
+                request_id=event.request_id,
+                run_id=event.run_id,
+                call_id=event.call_id,
+                tool=event.tool,
+                digest=event.digest,
+                args=event.args,
+                metadata=event.metadata,
+                ts=event.ts,
+                seq=event.seq,
+            )
+            self._requests[event.request_id] = _Request(pending=pending)
+            self._by_key.setdefault((event.run_id, event.tool, event.digest), []).append(
+                event.request_id
+            )
+        elif isinstance(event, ApprovalAnswered):
+            request = self._requests.get(event.request_id)
+            if request is not None and request.answer is None:
+                request.answer = event
+        elif isinstance(event, ApprovalConsumed):
+            request = self._requests.get(event.request_id)
+            if request is not None and request.consumed_by is None:
+                # The first consumption in ledger order wins, across processes.
+                request.consumed_by = (event.run_id, event.call_id)
+
+    async def _catch_up(self) -> None:
+        async for event in self._ledger.read(after=self._cursor):
+            self._apply(event)
+            self._cursor = event.seq
+
+    async def refresh(self) -> None:
+        """Read what other processes recorded since the last look."""
+        async with self._lock:
+            await self._catch_up()
+
+    async def decide(self, request: ApprovalRequest) -> Decision | None:
+        """Return the answered decision for this (run_id, tool, digest), once; else hold it.
+
+        Appends ``approval.consumed`` (a decision) or ``approval.pending`` (a new request).
+        Raises ``ApprovalPending`` naming the open request when one is already held.
+        """
+        key = (request.run_id, request.tool, request.digest)
+        async with self._lock:
+            await self._catch_up()
+            for request_id in self._by_key.get(key, ()):
+                held = self._requests[request_id]
+                if held.answer is None or held.consumed_by is not None:
+                    continue
+                mine = (request.run_id, request.call_id)
+                await self._ledger.append(
+                    ApprovalConsumed(
+                        ts=self._clock(),
+                        run_id=request.run_id,
+                        call_id=request.call_id,
+                        tool=request.tool,
+                        request_id=request_id,
+                    )
+                )
+                await self._catch_up()
+                if held.consumed_by != mine:
+                    continue  # another process used this decision first
+                answer = held.answer
+                return Decision(
+                    approved=answer.approved,
+                    reviewer=answer.reviewer,
+                    reason=answer.reason,
+                    edits=answer.edits,
+                )
+            for request_id in self._by_key.get(key, ()):
+                held = self._requests[request_id]
+                if held.answer is None:
+                    raise ApprovalPending(
+                        f"approval {request_id} for {request.tool} is pending",
+                        request_id=request_id,
+                    )
+            await self._ledger.append(
+                ApprovalDeferred(
+                    ts=self._clock(),
+                    run_id=request.run_id,
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    request_id=request.request_id,
+                    digest=request.digest,
+                    args=redacted(request.args, request.redact),
+                    metadata=request.metadata,
+                )
+            )
+            await self._catch_up()
+            return None
+
+    async def answer(
+        self,
+        request_id: str,
+        *,
+        approved: bool,
+        reviewer: str,
+        reason: str = "",
+        edits: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a reviewer's decision (``approval.answered``) for an open request.
+
+        Raises ToolUsageError for an unknown request id or one already answered.
+        """
+        if not reviewer:
+            raise ToolUsageError("a decision needs a reviewer name")
+        async with self._lock:
+            await self._catch_up()
+            held = self._requests.get(request_id)
+            if held is None:
+                raise ToolUsageError(f"no approval request {request_id!r} in this ledger")
+            if held.answer is not None:
+                raise ToolUsageError(f"approval request {request_id!r} is already answered")
+            pending = held.pending
+            await self._ledger.append(
+                ApprovalAnswered(
+                    ts=self._clock(),
+                    run_id=pending.run_id,
+                    call_id=pending.call_id,
+                    tool=pending.tool,
+                    request_id=request_id,
+                    approved=approved,
+                    reviewer=reviewer,
+                    reason=reason,
+                    edits=edits,
+                )
+            )
+            await self._catch_up()
+
+    async def pending(self) -> list[PendingApproval]:
+        """Open requests (not answered yet), oldest first."""
+        async with self._lock:
+            await self._catch_up()
+            return [r.pending for r in self._requests.values() if r.answer is None]
+
+    async def get(self, request_id: str) -> PendingApproval:
+        """One request, answered or not; ToolUsageError when the ledger has none."""
+        async with self._lock:
+            await self._catch_up()
+            held = self._requests.get(request_id)
+            if held is None:
+                raise ToolUsageError(f"no approval request {request_id!r} in this ledger")
+            return held.pending

@@ -1,0 +1,472 @@
+"""Tool specs and the registry: schemas from signatures, strict validation, strict schemas."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import re
+import string
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, get_type_hints
+
+import msgspec
+
+from ..errors import ToolArgsInvalid, ToolUsageError
+
+__all__ = ["MAX_ARGS_BYTES", "MAX_ARGS_DEPTH", "Registry", "ToolSpec"]
+
+#: Arguments larger than this (as JSON text) are refused before they are parsed.
+MAX_ARGS_BYTES = 1 << 20
+#: Arguments nested deeper than this are refused before they are parsed.
+MAX_ARGS_DEPTH = 64
+
+_BRACKETS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_OPENERS = frozenset(b"[{")
+
+
+def _too_deep(raw: bytes, limit: int) -> bool:
+    """True when the JSON text nests deeper than ``limit``, found without parsing it.
+
+    Fewer openers than the limit cannot nest deeper, and most arguments stop there; the
+    scan skips string contents so brackets inside strings do not count.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _BRACKETS.finditer(raw):
+        token = match.group()
+        if len(token) != 1:
+            continue
+        if token[0] in _OPENERS:
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _obj_too_deep(value: Any, limit: int) -> bool:
+    """The same check for Python values given as a dict (iterative, stops early)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+# -- strict (OpenAI) schema -------------------------------------------------------------
+
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+        "anyOf", "$ref", "$defs", "description", "title", "pattern", "format", "minimum",
+        "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems",
+        "maxItems", "default",
+    }
+)  # fmt: skip
+
+
+def _nullable(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(_nullable(s) for s in schema.get("anyOf", ()) if isinstance(s, Mapping))
+
+
+def _strict_node(node: Any) -> Any:
+    """Return the strict form of one subschema, or raise ValueError where not portable."""
+    if not isinstance(node, dict):
+        raise ValueError("a subschema is not an object")
+    unknown = set(node) - _STRICT_KEYWORDS
+    if unknown:
+        raise ValueError(f"keywords {sorted(unknown)} are not portable")
+    out = {k: v for k, v in node.items() if k != "default"}
+    if "default" in node and node["default"] is not None:
+        raise ValueError("a non-null default cannot be expressed")
+    is_object = node.get("type") == "object" or "properties" in node
+    if is_object:
+        props = node.get("properties")
+        if not props:
+            raise ValueError("an open object (no properties) would accept only {}")
+        extra = node.get("additionalProperties", False)
+        if extra is not False:
+            raise ValueError("additionalProperties other than false")
+        required = set(node.get("required", ()))
+        for name, sub in props.items():
+            if name not in required:
+                # Strict mode requires every field; an optional one stays faithful only if
+                # it accepts null and null is its default (the model sends null for "absent").
+                if not (
+                    isinstance(sub, Mapping) and sub.get("default", ...) is None and _nullable(sub)
+                ):
+                    raise ValueError(f"optional field {name!r} has a non-null default")
+        out["type"] = "object"
+        out["properties"] = {name: _strict_node(sub) for name, sub in props.items()}
+        out["required"] = list(props)
+        out["additionalProperties"] = False
+    if "items" in node:
+        if node["items"] is False or not isinstance(node["items"], dict):
+            raise ValueError("tuple-like arrays are not portable")
+        out["items"] = _strict_node(node["items"])
+    if "anyOf" in node:
+        out["anyOf"] = [_strict_node(s) for s in node["anyOf"]]
+    if "$defs" in node:
+        out["$defs"] = {k: _strict_node(v) for k, v in node["$defs"].items()}
+    return out
+
+
+def to_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OpenAI strict form of ``schema``, or None when it cannot be made strict faithfully.
+
+    Never narrows silently: an open object, an optional field with a real default, a
+    map, a tuple or an unsupported keyword makes the schema not portable (None).
+    """
+    if schema.get("type") != "object" or "anyOf" in schema:
+        return None
+    try:
+        return _strict_node(copy.deepcopy(dict(schema)))  # type: ignore[no-any-return]
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+# -- specs ------------------------------------------------------------------------------
+
+
+def _effect_fields(template: str) -> set[str]:
+    fields = set()
+    for _, field, _, _ in string.Formatter().parse(template):
+        if field is not None:
+            root = re.split(r"[.\[]", field, maxsplit=1)[0]
+            if not root or root.isdigit():
+                raise ToolUsageError(f"effect template {template!r} must name arguments")
+            fields.add(root)
+    return fields
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class ToolSpec:
+    """One registered tool: its function, schema, and pipeline options (frozen).
+
+    Build it with :meth:`Registry.tool` or :meth:`Registry.add_schema_tool`.
+    """
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    json_schema: dict[str, Any]
+    confirm: bool | Callable[..., Any] = False
+    targets: tuple[str, ...] | None = None
+    timeout: float | None = None
+    cache: float | None = None
+    effect: str | Callable[[dict[str, Any]], str] | None = None
+    guards: tuple[Callable[..., Any], ...] = ()
+    output_guards: tuple[Callable[..., Any], ...] = ()
+    redact: frozenset[str] = frozenset()
+    redact_result: bool = False
+    is_async: bool = True
+    args_type: type[msgspec.Struct] | None = None
+    validator: Any = None
+    untyped: bool = False
+
+    def exported_to(self, target: str) -> bool:
+        """True when the bridge named ``target`` exports this tool."""
+        return self.targets is None or target in self.targets
+
+    def strict_schema(self) -> dict[str, Any] | None:
+        """The OpenAI strict form of ``json_schema``, or None where it is not portable."""
+        return to_strict_schema(self.json_schema)
+
+    def effect_key(self, args: dict[str, Any]) -> str | None:
+        """The rendered effect key for validated ``args`` (None without ``effect``)."""
+        if self.effect is None:
+            return None
+        if callable(self.effect):
+            return str(self.effect(args))
+        return self.effect.format_map(args)
+
+    def validate(self, args: Any) -> dict[str, Any]:
+        """Validate ``args`` (a dict, or JSON text/bytes) strictly; defaults applied.
+
+        Raises ToolArgsInvalid for bad JSON, a non-object, wrong types (no coercion),
+        missing or unknown fields, more than 1 MiB, or nesting deeper than 64 levels.
+        """
+        if isinstance(args, str | bytes | bytearray | memoryview):
+            raw = args.encode() if isinstance(args, str) else bytes(args)
+            if len(raw) > MAX_ARGS_BYTES:
+                raise ToolArgsInvalid(
+                    f"arguments for {self.name} are {len(raw)} bytes, over the "
+                    f"{MAX_ARGS_BYTES} byte limit"
+                )
+            if _too_deep(raw, MAX_ARGS_DEPTH):
+                raise ToolArgsInvalid(
+                    f"arguments for {self.name} nest deeper than {MAX_ARGS_DEPTH} levels"
+                )
+            if self.args_type is not None:
+                try:
+                    obj = msgspec.json.decode(raw, type=self.args_type)
+                except msgspec.DecodeError as exc:
+                    raise ToolArgsInvalid(f"invalid arguments for {self.name}: {exc}") from None
+                return msgspec.structs.asdict(obj)
+            try:
+                value = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise ToolArgsInvalid(f"invalid arguments for {self.name}: {exc}") from None
+            return self._validate_schema(value)
+        if not isinstance(args, Mapping):
+            raise ToolArgsInvalid(
+                f"invalid arguments for {self.name}: expected an object, got {type(args).__name__}"
+            )
+        if self.untyped and _obj_too_deep(args, MAX_ARGS_DEPTH):
+            raise ToolArgsInvalid(
+                f"arguments for {self.name} nest deeper than {MAX_ARGS_DEPTH} levels"
+            )
+        if self.args_type is not None:
+            try:
+                obj = msgspec.convert(args, self.args_type, strict=True)
+            except msgspec.ValidationError as exc:
+                raise ToolArgsInvalid(f"invalid arguments for {self.name}: {exc}") from None
+            return msgspec.structs.asdict(obj)
+        return self._validate_schema(dict(args))
+
+    def _validate_schema(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ToolArgsInvalid(
+                f"invalid arguments for {self.name}: expected an object, got {type(value).__name__}"
+            )
+        error = next(iter(self.validator.iter_errors(value)), None)
+        if error is not None:
+            where = "$" + "".join(f"[{p!r}]" for p in error.absolute_path)
+            raise ToolArgsInvalid(f"invalid arguments for {self.name}: {error.message} at {where}")
+        defaults = {
+            k: copy.deepcopy(v["default"])
+            for k, v in self.json_schema.get("properties", {}).items()
+            if isinstance(v, dict) and "default" in v and k not in value
+        }
+        return {**defaults, **value} if defaults else value
+
+
+def _has_untyped(tp: Any) -> bool:
+    return tp is Any or "Any" in repr(tp) or tp in (dict, list, object)
+
+
+def _signature_struct(fn: Callable[..., Any], name: str) -> tuple[type[msgspec.Struct], bool]:
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise ToolUsageError(f"cannot read the type hints of tool {name}: {exc}") from exc
+    fields: list[tuple[Any, ...]] = []
+    untyped = False
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolUsageError(
+                f"tool {name}: parameter {param.name!r} must be a plain named parameter"
+            )
+        tp = hints.get(param.name, Any)
+        untyped = untyped or _has_untyped(tp)
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, tp))
+        else:
+            fields.append((param.name, tp, param.default))
+    struct = msgspec.defstruct(f"{name}_args", fields, kw_only=True, forbid_unknown_fields=True)
+    return struct, untyped
+
+
+def _lift_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    """msgspec returns a root ``$ref``; lift the tool's own object to the root."""
+    try:
+        schema = msgspec.json.schema(struct)
+    except (TypeError, ValueError) as exc:
+        raise ToolUsageError(f"cannot build a JSON schema for {struct.__name__}: {exc}") from exc
+    defs = dict(schema.get("$defs", {}))
+    root = dict(defs.pop(struct.__name__))
+    root.pop("title", None)
+    if defs:
+        root["$defs"] = defs
+    return root
+
+
+class Registry:
+    """Named tools. ``@registry.tool`` registers a function and returns its ``ToolSpec``."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> Any:
+        """Register a sync or async function; usable bare (``@registry.tool``) or with options.
+
+        The parameter schema comes from the signature; ``name`` defaults to the function's
+        name and ``description`` to its docstring. Returns the ``ToolSpec``.
+        """
+
+        def register(func: Callable[..., Any]) -> ToolSpec:
+            tool_name = name or func.__name__
+            struct, untyped = _signature_struct(func, tool_name)
+            spec = self._build(
+                tool_name,
+                description if description is not None else inspect.getdoc(func) or "",
+                func,
+                _lift_schema(struct),
+                confirm=confirm,
+                targets=targets,
+                timeout=timeout,
+                cache=cache,
+                effect=effect,
+                guards=guards,
+                output_guards=output_guards,
+                redact=redact,
+                redact_result=redact_result,
+                args_type=struct,
+                untyped=untyped,
+            )
+            return spec
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def add_schema_tool(
+        self,
+        name: str,
+        json_schema: Mapping[str, Any],
+        fn: Callable[..., Any],
+        *,
+        description: str = "",
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> ToolSpec:
+        """Register a tool described by a JSON Schema (e.g. an MCP server's tool).
+
+        Arguments are validated against the schema with ``jsonschema`` (no coercion);
+        top-level defaults are applied. ``fn`` receives the arguments as keywords.
+        """
+        import jsonschema
+
+        schema = copy.deepcopy(dict(json_schema))
+        if schema.get("type") != "object":
+            raise ToolUsageError(f"schema tool {name}: the schema must describe an object")
+        try:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ToolUsageError(f"schema tool {name}: invalid JSON Schema: {exc.message}") from exc
+        return self._build(
+            name,
+            description or str(schema.get("description", "")),
+            fn,
+            schema,
+            confirm=confirm,
+            targets=targets,
+            timeout=timeout,
+            cache=cache,
+            effect=effect,
+            guards=guards,
+            output_guards=output_guards,
+            redact=redact,
+            redact_result=redact_result,
+            validator=cls(schema),
+            untyped=True,
+        )
+
+    def _build(
+        self,
+        name: str,
+        description: str,
+        fn: Callable[..., Any],
+        schema: dict[str, Any],
+        *,
+        confirm: bool | Callable[..., Any],
+        targets: Sequence[str] | None,
+        timeout: float | None,
+        cache: float | None,
+        effect: str | Callable[[dict[str, Any]], str] | None,
+        guards: Sequence[Callable[..., Any]],
+        output_guards: Sequence[Callable[..., Any]],
+        redact: Sequence[str],
+        redact_result: bool,
+        args_type: type[msgspec.Struct] | None = None,
+        validator: Any = None,
+        untyped: bool = False,
+    ) -> ToolSpec:
+        if name in self._specs:
+            raise ToolUsageError(f"a tool named {name!r} is already registered")
+        if not (isinstance(confirm, bool) or callable(confirm)):
+            raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
+        params = set(schema.get("properties", {}))
+        if isinstance(effect, str):
+            missing = _effect_fields(effect) - params
+            if missing:
+                raise ToolUsageError(
+                    f"tool {name}: effect template names unknown arguments {sorted(missing)}"
+                )
+        unknown = set(redact) - params
+        if unknown:
+            raise ToolUsageError(f"tool {name}: redact names unknown arguments {sorted(unknown)}")
+        for label, value in (("timeout", timeout), ("cache", cache)):
+            if value is not None and not value > 0:
+                raise ToolUsageError(f"tool {name}: {label} must be a positive number of seconds")
+        spec = ToolSpec(
+            name=name,
+            description=description,
+            fn=fn,
+            json_schema=schema,
+            confirm=confirm,
+            targets=tuple(targets) if targets is not None else None,
+            timeout=timeout,
+            cache=cache,
+            effect=effect,
+            guards=tuple(guards),
+            output_guards=tuple(output_guards),
+            redact=frozenset(redact),
+            redact_result=redact_result,
+            is_async=inspect.iscoroutinefunction(fn),
+            args_type=args_type,
+            validator=validator,
+            untyped=untyped,
+        )
+        self._specs[name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec:
+        """The spec named ``name``; ToolUsageError when there is none."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise ToolUsageError(f"no tool named {name!r} is registered") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)

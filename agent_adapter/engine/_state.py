@@ -1,0 +1,208 @@
+"""The executor's projections: everything it remembers, folded from ledger events.
+
+The live pipeline and replay call the same ``apply(event)``: a new executor opened on a
+ledger folds the same events through the same code and so behaves exactly as the old
+one would have. The live pipeline applies an event as soon as it builds it (before the
+append returns), so that a check and the claim it leads to happen with no await in
+between: two concurrent calls can never both pass an effect or limit check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from ..ledger._events import (
+    ApprovalRequested,
+    CallAmbiguous,
+    CallBlocked,
+    CallCached,
+    CallCancelled,
+    CallDenied,
+    CallDuplicate,
+    CallFailed,
+    CallInvalid,
+    CallLimited,
+    CallPending,
+    CallRequested,
+    CallStarted,
+    CallSucceeded,
+    CallTimedOut,
+    CallValidated,
+    EffectClaimed,
+    EffectResolved,
+    Event,
+)
+
+__all__ = ["EffectState", "Projection"]
+
+CallKey = tuple[str, str]
+
+
+class EffectState(msgspec.Struct, kw_only=True):
+    """An effect key's state: ``claimed`` (running), ``committed`` or ``ambiguous``."""
+
+    status: str
+    run_id: str
+    call_id: str
+    digest: str
+
+
+class _InFlight(msgspec.Struct, kw_only=True):
+    tool: str
+    validated: str | None = None
+    counted: bool = False
+    started: bool = False
+    run_digest: str = ""
+    effect_key: str | None = None
+
+
+class Projection:
+    """Folds events into: the outcome index, in-flight calls, run counters, cache, effects."""
+
+    def __init__(self) -> None:
+        #: (run_id, call_id) -> (digest of the call as requested, outcome tag)
+        self.outcomes: dict[CallKey, tuple[str | None, str]] = {}
+        self.inflight: dict[CallKey, _InFlight] = {}
+        self.run_calls: dict[str, int] = {}
+        self.tool_calls: dict[tuple[str, str], int] = {}
+        #: (tool, digest) -> (value, ts of the success)
+        self.cache: dict[tuple[str, str], tuple[Any, float]] = {}
+        #: tool -> TTL seconds, for the tools whose successes are cached
+        self.cache_ttl: dict[str, float] = {}
+        self.effects: dict[str, EffectState] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            CallRequested: self._requested,
+            CallValidated: self._validated,
+            ApprovalRequested: self._counting,
+            EffectClaimed: self._claimed,
+            EffectResolved: self._resolved,
+            CallStarted: self._started,
+        }
+        for outcome in (
+            CallSucceeded,
+            CallFailed,
+            CallTimedOut,
+            CallCancelled,
+            CallInvalid,
+            CallBlocked,
+            CallLimited,
+            CallDenied,
+            CallPending,
+            CallCached,
+            CallDuplicate,
+            CallAmbiguous,
+        ):
+            self._handlers[outcome] = self._outcome
+
+    def apply(self, event: Event) -> None:
+        """Fold one event (events the projection does not track are ignored)."""
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def settle(self) -> None:
+        """After replay: keys claimed by calls that never finished become ambiguous.
+
+        No call of the replaying process is running, so a claim without an outcome means
+        the body may have run when the old process died.
+        """
+        for state in self.effects.values():
+            if state.status == "claimed":
+                state.status = "ambiguous"
+
+    # -- handlers ------------------------------------------------------------------------
+
+    def _requested(self, event: CallRequested) -> None:
+        self.inflight[(event.run_id, event.call_id)] = _InFlight(tool=event.tool)
+
+    def _validated(self, event: CallValidated) -> None:
+        call = self.inflight.get((event.run_id, event.call_id))
+        if call is not None:
+            call.validated = event.digest
+
+    def count(self, run_id: str, call: _InFlight) -> None:
+        """Count the call against its run, once (it passed the limit check)."""
+        if not call.counted:
+            call.counted = True
+            self.run_calls[run_id] = self.run_calls.get(run_id, 0) + 1
+            key = (run_id, call.tool)
+            self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
+
+    def _counting(self, event: Event) -> None:
+        # The first event after the limit check (approval, cache hit, effect claim, start,
+        # or an effect refusal) is where a call counts.
+        call = self.inflight.get((event.run_id, event.call_id))
+        if call is not None:
+            self.count(event.run_id, call)
+
+    def _claimed(self, event: EffectClaimed) -> None:
+        self._counting(event)
+        self.effects[event.key] = EffectState(
+            status="claimed", run_id=event.run_id, call_id=event.call_id, digest=event.digest
+        )
+        call = self.inflight.get((event.run_id, event.call_id))
+        if call is not None:
+            call.effect_key = event.key
+
+    def _resolved(self, event: EffectResolved) -> None:
+        if event.outcome == "failed":
+            self.effects.pop(event.key, None)
+        else:
+            state = self.effects.get(event.key)
+            if state is not None:
+                state.status = "committed"
+            else:
+                self.effects[event.key] = EffectState(
+                    status="committed", run_id=event.run_id, call_id=event.call_id, digest=""
+                )
+
+    def _started(self, event: CallStarted) -> None:
+        self._counting(event)
+        call = self.inflight.get((event.run_id, event.call_id))
+        if call is not None:
+            call.started = True
+            call.run_digest = event.digest
+
+    def _outcome(self, event: Event) -> None:
+        key = (event.run_id, event.call_id)
+        call = self.inflight.pop(key, None)
+        if call is None:
+            return
+        tag = event.type
+        if isinstance(event, CallCached | CallDuplicate | CallAmbiguous):
+            self.count(event.run_id, call)
+        self.outcomes[key] = (call.validated, tag)
+        if call.effect_key is not None:
+            self._settle_effect(call.effect_key, event)
+        if isinstance(event, CallSucceeded) and not event.redacted:
+            ttl = self.cache_ttl.get(call.tool)
+            if ttl is not None:
+                self.cache[(call.tool, call.run_digest)] = (event.result, event.ts)
+
+    def _settle_effect(self, key: str, event: Event) -> None:
+        state = self.effects.get(key)
+        if state is None or state.status != "claimed":
+            return
+        if isinstance(event, CallSucceeded | CallBlocked):
+            # A blocked outcome here is an output guard: the body did run.
+            state.status = "committed"
+        elif isinstance(event, CallFailed) and event.error_kind == "tool-error":
+            del self.effects[key]  # the tool says it did nothing: the key is free again
+        else:
+            state.status = "ambiguous"
+
+    # -- queries -------------------------------------------------------------------------
+
+    def cached(self, tool: str, digest: str, now: float) -> tuple[bool, Any]:
+        """(hit, value) for a cached success younger than its TTL (by event time)."""
+        entry = self.cache.get((tool, digest))
+        if entry is None:
+            return False, None
+        value, ts = entry
+        if now - ts >= self.cache_ttl.get(tool, 0.0):
+            del self.cache[(tool, digest)]
+            return False, None
+        return True, value

@@ -1,0 +1,96 @@
+"""The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
+
+from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
+from ._chain import Record, Verification, chain_hash, verify_records
+from ._events import (
+    OUTCOME_TAGS,
+    ApprovalAnswered,
+    ApprovalConsumed,
+    ApprovalDeferred,
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    CallAmbiguous,
+    CallBlocked,
+    CallCached,
+    CallCancelled,
+    CallDenied,
+    CallDuplicate,
+    CallFailed,
+    CallInvalid,
+    CallLimited,
+    CallPending,
+    CallReplayed,
+    CallRequested,
+    CallStarted,
+    CallSucceeded,
+    CallTimedOut,
+    CallValidated,
+    EffectClaimed,
+    EffectResolved,
+    Event,
+    GuardChecked,
+    GuardVerdict,
+    HookFailed,
+    UnknownEvent,
+    decode_event,
+    encode_event,
+)
+from ._memory import MemoryLedger
+from ._protocol import Ledger
+
+__all__ = [
+    "OUTCOME_TAGS",
+    "ApprovalAnswered",
+    "ApprovalConsumed",
+    "ApprovalDeferred",
+    "ApprovalGranted",
+    "ApprovalRecord",
+    "ApprovalRejected",
+    "ApprovalRequested",
+    "Audit",
+    "CallAmbiguous",
+    "CallBlocked",
+    "CallCached",
+    "CallCancelled",
+    "CallDenied",
+    "CallDuplicate",
+    "CallFailed",
+    "CallInvalid",
+    "CallLimited",
+    "CallPending",
+    "CallRecord",
+    "CallReplayed",
+    "CallRequested",
+    "CallStarted",
+    "CallSucceeded",
+    "CallTimedOut",
+    "CallValidated",
+    "EffectClaimed",
+    "EffectResolved",
+    "Event",
+    "GuardChecked",
+    "GuardVerdict",
+    "HookFailed",
+    "Ledger",
+    "MemoryLedger",
+    "Problem",
+    "Record",
+    "UnknownEvent",
+    "Verification",
+    "chain_hash",
+    "decode_event",
+    "encode_event",
+    "replay",
+    "verify_records",
+]
+
+
+def __getattr__(name: str) -> object:
+    # SQLiteLedger imports aiosqlite; load it on first use so `import agent_adapter.ledger`
+    # stays light.
+    if name == "SQLiteLedger":
+        from ._sqlite import SQLiteLedger
+
+        return SQLiteLedger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

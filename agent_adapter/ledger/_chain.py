@@ -1,0 +1,115 @@
+"""The hash chain: stored records, their hashes, and verification.
+
+A stored record is the event's encoded bytes (``payload``) plus the columns a store
+indexes. Each record's hash covers its seq, the previous record's hash and the payload
+bytes exactly as stored, so verification never depends on decoding (and a newer
+version's fields are covered too). With a key, every hash is an HMAC-SHA256, so only
+the key's holder can re-chain a ledger after editing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+import msgspec
+
+from ._events import Event, encode_event
+
+__all__ = ["Record", "Verification", "chain_hash", "make_record", "verify_records"]
+
+
+class Verification(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of ``Ledger.verify()``.
+
+    ``ok`` is True only when every record was checked and is intact; ``first_bad_seq``
+    names the first record that is missing, reordered or altered. A keyed chain checked
+    without its key is not ``ok``: ``reason`` says it cannot be checked.
+    """
+
+    ok: bool
+    checked: int
+    first_bad_seq: int | None = None
+    reason: str = ""
+
+
+class Record(msgspec.Struct, kw_only=True):
+    """One stored event: indexed columns, the payload bytes, and the chain fields."""
+
+    seq: int
+    type: str
+    run_id: str
+    call_id: str
+    tool: str
+    ts: float
+    payload: bytes
+    prev: str
+    hash: str
+
+
+def chain_hash(seq: int, prev: str, payload: bytes, key: bytes | None = None) -> str:
+    """H(seq, prev hash, payload): SHA-256, or HMAC-SHA256 with ``key``."""
+    message = b"%d:%s:" % (seq, prev.encode()) + payload
+    if key is None:
+        return hashlib.sha256(message).hexdigest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> Record:
+    """Encode ``event`` and chain it after ``prev``; sets the event's seq, prev and hash."""
+    # The payload is encoded with the chain fields at their defaults (left out), so the
+    # stored bytes are the event alone and the chain binds them from outside.
+    event.seq = 0
+    event.prev = ""
+    event.hash = ""
+    payload = encode_event(event)
+    digest = chain_hash(seq, prev, payload, key)
+    event.seq = seq
+    event.prev = prev
+    event.hash = digest
+    return Record(
+        seq=seq,
+        type=event.type,
+        run_id=event.run_id,
+        call_id=event.call_id,
+        tool=event.tool,
+        ts=event.ts,
+        payload=payload,
+        prev=prev,
+        hash=digest,
+    )
+
+
+def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
+    """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq."""
+    expected_seq = 1
+    prev = ""
+    checked = 0
+    for record in records:
+        if record.seq != expected_seq:
+            bad = min(record.seq, expected_seq)
+            return Verification(
+                ok=False,
+                checked=checked,
+                first_bad_seq=bad,
+                reason=f"seq {expected_seq} is missing (found {record.seq})",
+            )
+        if record.prev != prev:
+            return Verification(
+                ok=False,
+                checked=checked,
+                first_bad_seq=record.seq,
+                reason=f"seq {record.seq} does not link to the hash of seq {record.seq - 1}",
+            )
+        if not hmac.compare_digest(chain_hash(record.seq, prev, record.payload, key), record.hash):
+            return Verification(
+                ok=False,
+                checked=checked,
+                first_bad_seq=record.seq,
+                reason=f"seq {record.seq} does not match its hash (altered)",
+            )
+        prev = record.hash
+        expected_seq += 1
+        checked += 1
+    return Verification(ok=True, checked=checked)

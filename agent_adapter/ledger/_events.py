@@ -1,0 +1,372 @@
+"""Ledger events: msgspec Structs in one tagged union with permanent dotted tags.
+
+Every event carries the store-assigned ``seq``, the ``ts`` of the executor's clock, the
+call's ids and tool, and the chain fields ``prev`` / ``hash``. The tags are the public,
+permanent names (DESIGN.md, "Names and shapes"); new fields always get defaults so that
+older ledgers keep decoding, and fields this version does not know are ignored on read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+__all__ = [
+    "OUTCOME_TAGS",
+    "ApprovalAnswered",
+    "ApprovalConsumed",
+    "ApprovalDeferred",
+    "ApprovalGranted",
+    "ApprovalRejected",
+    "ApprovalRequested",
+    "CallAmbiguous",
+    "CallBlocked",
+    "CallCached",
+    "CallCancelled",
+    "CallDenied",
+    "CallDuplicate",
+    "CallFailed",
+    "CallInvalid",
+    "CallLimited",
+    "CallPending",
+    "CallReplayed",
+    "CallRequested",
+    "CallStarted",
+    "CallSucceeded",
+    "CallTimedOut",
+    "CallValidated",
+    "EffectClaimed",
+    "EffectResolved",
+    "Event",
+    "GuardChecked",
+    "GuardVerdict",
+    "HookFailed",
+    "UnknownEvent",
+    "decode_event",
+    "encode_event",
+]
+
+
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"):
+    """Fields every event has. ``seq``, ``prev`` and ``hash`` are set by the ledger."""
+
+    seq: int = 0
+    ts: float = 0.0
+    run_id: str = ""
+    call_id: str = ""
+    tool: str = ""
+    prev: str = ""
+    hash: str = ""
+
+    @property
+    def type(self) -> str:
+        """The event's dotted tag, e.g. ``"call.requested"``."""
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    @property
+    def is_outcome(self) -> bool:
+        """True for the call's terminal event (exactly one per call)."""
+        return False
+
+
+class _Outcome(Event, kw_only=True, omit_defaults=True):
+    """Base of the terminal events; ``duration_ms`` is from ``call.requested``."""
+
+    duration_ms: float = 0.0
+
+    @property
+    def is_outcome(self) -> bool:
+        return True
+
+
+# -- records --------------------------------------------------------------------------
+
+
+class CallRequested(Event, kw_only=True, omit_defaults=True, tag="call.requested"):
+    """A call entered the pipeline. ``args`` are as given, with redacted names replaced."""
+
+    args: Any = None
+    metadata: dict[str, Any] = {}
+
+
+class CallValidated(Event, kw_only=True, omit_defaults=True, tag="call.validated"):
+    """The arguments validated; ``digest`` (of the arguments as requested) binds the call."""
+
+    digest: str = ""
+
+
+class GuardVerdict(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One guard's verdict: ``ok`` False blocks the call with ``reason``."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+
+
+class GuardChecked(Event, kw_only=True, omit_defaults=True, tag="guard.checked"):
+    """Guards ran: ``stage`` is ``"input"`` or ``"output"``."""
+
+    stage: str = "input"
+    verdicts: list[GuardVerdict] = []
+
+
+class ApprovalRequested(Event, kw_only=True, omit_defaults=True, tag="approval.requested"):
+    """The confirm rule asked for approval of the arguments with ``digest``."""
+
+    request_id: str = ""
+    digest: str = ""
+
+
+class ApprovalGranted(Event, kw_only=True, omit_defaults=True, tag="approval.granted"):
+    """Approved by ``reviewer`` through ``source`` (``"context"`` or ``"port"``) for ``digest``.
+
+    With edits, ``digest`` is that of the edited arguments: the only ones that may run.
+    """
+
+    request_id: str = ""
+    reviewer: str = ""
+    source: str = ""
+    digest: str = ""
+    reason: str = ""
+    edited: bool = False
+
+
+class ApprovalRejected(Event, kw_only=True, omit_defaults=True, tag="approval.denied"):
+    """Refused by ``reviewer`` through ``source``."""
+
+    request_id: str = ""
+    reviewer: str = ""
+    source: str = ""
+    digest: str = ""
+    reason: str = ""
+
+
+class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pending"):
+    """A deferred port holds the request for out-of-band review (written once per request)."""
+
+    request_id: str = ""
+    digest: str = ""
+    args: Any = None
+    metadata: dict[str, Any] = {}
+
+
+class ApprovalAnswered(Event, kw_only=True, omit_defaults=True, tag="approval.answered"):
+    """A reviewer answered a deferred request; ``edits`` replace the arguments when given."""
+
+    request_id: str = ""
+    approved: bool = False
+    reviewer: str = ""
+    reason: str = ""
+    edits: dict[str, Any] | None = None
+
+
+class ApprovalConsumed(Event, kw_only=True, omit_defaults=True, tag="approval.consumed"):
+    """A deferred decision was used by the call with these ids: one decision, one use."""
+
+    request_id: str = ""
+
+
+class EffectClaimed(Event, kw_only=True, omit_defaults=True, tag="effect.claimed"):
+    """The call claimed the effect ``key`` for arguments with ``digest``."""
+
+    key: str = ""
+    digest: str = ""
+
+
+class EffectResolved(Event, kw_only=True, omit_defaults=True, tag="effect.resolved"):
+    """An operator resolved an ambiguous key: ``outcome`` is ``"committed"`` or ``"failed"``."""
+
+    key: str = ""
+    outcome: str = ""
+    reviewer: str = ""
+    reason: str = ""
+
+
+class CallStarted(Event, kw_only=True, omit_defaults=True, tag="call.started"):
+    """The body is about to run with arguments of ``digest``; durable before it does."""
+
+    digest: str = ""
+    effect_key: str = ""
+
+
+class CallReplayed(Event, kw_only=True, omit_defaults=True, tag="call.replayed"):
+    """A repeat of a finished call returned its recorded outcome (``outcome_seq``)."""
+
+    digest: str = ""
+    outcome_seq: int = 0
+
+
+class HookFailed(Event, kw_only=True, omit_defaults=True, tag="hook.failed"):
+    """An observing hook raised; recorded, never the call's outcome."""
+
+    hook: str = ""
+    stage: str = ""
+    error: str = ""
+
+
+class UnknownEvent(Event, kw_only=True, omit_defaults=True, tag="unknown"):
+    """An event of a type this version does not know (written by a newer one)."""
+
+    original_type: str = ""
+    data: dict[str, Any] = {}
+
+
+# -- outcomes (exactly one per call) ---------------------------------------------------
+
+
+class CallSucceeded(_Outcome, kw_only=True, omit_defaults=True, tag="call.succeeded"):
+    """The body returned; ``result`` is absent when the spec has ``redact_result``."""
+
+    result: Any = None
+    result_digest: str = ""
+    redacted: bool = False
+
+
+class CallFailed(_Outcome, kw_only=True, omit_defaults=True, tag="call.failed"):
+    """The body raised: ``error_kind`` ``tool-error`` (on purpose) or ``tool-failed``."""
+
+    error_kind: str = ""
+    error: str = ""
+
+
+class CallTimedOut(_Outcome, kw_only=True, omit_defaults=True, tag="call.timed_out"):
+    """The body exceeded ``timeout_s``."""
+
+    timeout_s: float = 0.0
+
+
+class CallCancelled(_Outcome, kw_only=True, omit_defaults=True, tag="call.cancelled"):
+    """The calling task was cancelled; ``started`` tells whether the body had begun."""
+
+    started: bool = False
+
+
+class CallInvalid(_Outcome, kw_only=True, omit_defaults=True, tag="call.invalid"):
+    """The arguments (or an edit) did not validate."""
+
+    error: str = ""
+
+
+class CallBlocked(_Outcome, kw_only=True, omit_defaults=True, tag="call.blocked"):
+    """A hook or guard stopped the call (``stage``: ``hook``, ``input`` or ``output``)."""
+
+    stage: str = ""
+    by: str = ""
+    reason: str = ""
+    error_kind: str = "guardrail-blocked"
+
+
+class CallLimited(_Outcome, kw_only=True, omit_defaults=True, tag="call.limited"):
+    """A run limit refused the call."""
+
+    reason: str = ""
+
+
+class CallDenied(_Outcome, kw_only=True, omit_defaults=True, tag="call.denied"):
+    """Approval was refused (or nobody could approve)."""
+
+    reviewer: str = ""
+    reason: str = ""
+
+
+class CallPending(_Outcome, kw_only=True, omit_defaults=True, tag="call.pending"):
+    """A deferred approval is open; a later call with the same arguments gets the decision."""
+
+    request_id: str = ""
+
+
+class CallCached(_Outcome, kw_only=True, omit_defaults=True, tag="call.cached"):
+    """Answered from the cache (``cached_seq``: the success it came from)."""
+
+    result: Any = None
+    digest: str = ""
+
+
+class CallDuplicate(_Outcome, kw_only=True, omit_defaults=True, tag="call.duplicate"):
+    """The effect key was already committed by (``by_run_id``, ``by_call_id``)."""
+
+    key: str = ""
+    by_run_id: str = ""
+    by_call_id: str = ""
+    same_args: bool = False
+
+
+class CallAmbiguous(_Outcome, kw_only=True, omit_defaults=True, tag="call.ambiguous"):
+    """The effect key (or this very call) has a start with no known outcome."""
+
+    key: str = ""
+    reason: str = ""
+
+
+_ALL = (
+    CallRequested,
+    CallValidated,
+    GuardChecked,
+    ApprovalRequested,
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalDeferred,
+    ApprovalAnswered,
+    ApprovalConsumed,
+    EffectClaimed,
+    EffectResolved,
+    CallStarted,
+    CallReplayed,
+    HookFailed,
+    UnknownEvent,
+    CallSucceeded,
+    CallFailed,
+    CallTimedOut,
+    CallCancelled,
+    CallInvalid,
+    CallBlocked,
+    CallLimited,
+    CallDenied,
+    CallPending,
+    CallCached,
+    CallDuplicate,
+    CallAmbiguous,
+)
+
+AnyEvent = Union[_ALL]  # type: ignore[valid-type]  # noqa: UP007
+
+#: Tags of the terminal events.
+OUTCOME_TAGS: frozenset[str] = frozenset(
+    cls.__struct_config__.tag
+    for cls in _ALL
+    if issubclass(cls, _Outcome)  # type: ignore[misc]
+)
+
+_TAGS: frozenset[str] = frozenset(cls.__struct_config__.tag for cls in _ALL)  # type: ignore[misc]
+
+
+def _unencodable(obj: Any) -> str:
+    # A value that cannot be encoded (in arguments a caller passed) is recorded by its
+    # type rather than losing the whole event; called only for such values.
+    return f"<unencodable {type(obj).__name__}>"
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_unencodable)
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(AnyEvent)
+
+
+def encode_event(event: Event) -> bytes:
+    """Encode an event to its JSON bytes (fields at their defaults are left out)."""
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode one event; a type this version does not know becomes ``UnknownEvent``."""
+    try:
+        return _decoder.decode(data)  # type: ignore[no-any-return]
+    except msgspec.ValidationError:
+        raw = msgspec.json.decode(data)
+        if not isinstance(raw, dict) or "type" not in raw or raw["type"] in _TAGS:
+            raise
+        known = {"seq", "ts", "run_id", "call_id", "tool", "prev", "hash"}
+        base = {k: raw[k] for k in known if k in raw}
+        extra = {k: v for k, v in raw.items() if k not in known and k != "type"}
+        return msgspec.convert(
+            {**base, "original_type": str(raw["type"]), "data": extra}, UnknownEvent
+        )
