@@ -1,0 +1,24 @@
+"""Shared test helpers: a deterministic clock."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds, like ``time.time``)."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A FakeClock starting at t=1000 s."""
+    return FakeClock()
