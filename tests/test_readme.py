@@ -1,0 +1,37 @@
+"""The README's examples run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _example(tag: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
+    assert len(found) == 1, f"README has {len(found)} examples tagged {tag!r}"
+    return found[0]
+
+
+def test_engine_example_runs_and_prints_the_audit() -> None:
+    """The engine example approves one refund, refuses the duplicate and audits cleanly."""
+    done = subprocess.run(
+        [sys.executable, "-c", _example("engine")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "refunded 500 on A1"
+    assert lines[1] == "refused: duplicate-effect"
+    assert [line.split()[1] for line in lines[2:4]] == ["refund", "refund"]
+    assert lines[2].endswith("[('callback', 'port')] call.succeeded")
+    assert lines[3].endswith("[('callback', 'port')] call.duplicate")
+    assert lines[4] == "problems: []"
+    assert len(lines) == 5
