@@ -1,0 +1,28 @@
+"""The OpenAI Agents SDK bridge: registry tools as ``FunctionTool``, approvals as tokens.
+
+Every exported tool runs through the executor (validation, hooks, guards, limits,
+approval, cache, effects, ledger). The bridge decides nothing: it maps the SDK's ids,
+approval interruptions and errors onto ``Executor.run_spec``. Import it as
+``agent_adapter.integrations.openai_agents`` (the documented path) or from here.
+"""
+
+from ._approvals import resolve_interruptions
+from ._compat import SUPPORTED, check_sdk, sdk_version
+from ._errors import unwrap
+from ._integration import INTEGRATION, OpenAIAgentsIntegration
+from ._run import run, run_sync
+from ._tools import function_tool, function_tools
+
+__all__ = [
+    "INTEGRATION",
+    "SUPPORTED",
+    "OpenAIAgentsIntegration",
+    "check_sdk",
+    "function_tool",
+    "function_tools",
+    "resolve_interruptions",
+    "run",
+    "run_sync",
+    "sdk_version",
+    "unwrap",
+]

@@ -1,0 +1,200 @@
+"""``resolve_interruptions``: ask a port about each paused call, then approve or reject it.
+
+The SDK's approval only lets it call the tool; the executor's approval comes from the
+one-use token issued here, bound to this state copy, the call id, the tool and the
+digest of the validated arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from agents import RunState
+from agents.agent_tool_state import get_agent_tool_state_scope
+from agents.items import ToolApprovalItem
+
+from ...engine import ApprovalPort, ApprovalRequest, Decision, digest
+from ...errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
+from ._errors import error_output
+from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration
+from ._tools import Export, export_of
+
+__all__ = ["resolve_interruptions"]
+
+logger = logging.getLogger("agent_adapter.bridges.openai_agents")
+
+
+class _Item(msgspec.Struct):
+    """One pending call and what was decided about it (None: still undecided)."""
+
+    item: ToolApprovalItem
+    export: Export | None
+    call_id: str
+    digest: str
+    decision: Decision | None = None
+
+
+def _scope_of(state: RunState[Any, Any]) -> str | None:
+    scope = getattr(state, "_agent_tool_state_scope_id", None)
+    if isinstance(scope, str) and scope:
+        return scope
+    return get_agent_tool_state_scope(getattr(state, "_context", None))
+
+
+def _tool_of(item: ToolApprovalItem) -> Any:
+    agent = item.agent
+    name = item.tool_name
+    for tool in getattr(agent, "tools", None) or ():
+        if getattr(tool, "name", None) == name:
+            return tool
+    return None
+
+
+def _raw_args(text: str | None) -> Any:
+    """The model's own arguments for a tool the bridge did not export: parsed if possible."""
+    if text is None:
+        return {}
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
+
+
+def _decided(state: RunState[Any, Any], item: ToolApprovalItem, call_id: str) -> bool:
+    """True when this call already has an SDK decision (an earlier pass decided it)."""
+    context = getattr(state, "_context", None)
+    if context is None or not call_id:
+        return False
+    try:
+        status = context.get_approval_status(item.tool_name, call_id, existing_pending=item)
+    except Exception:
+        return False
+    return status is not None
+
+
+def _denial(tool: str, reason: str) -> str:
+    message = f"{tool} was not approved" + (f": {reason}" if reason else "")
+    return error_output(ApprovalDenied(message))
+
+
+async def _ask(port: ApprovalPort, request: ApprovalRequest) -> Decision | None:
+    try:
+        answer = await port.decide(request)
+    except ApprovalPending:
+        return None  # a deferred request is still open: leave the call paused
+    except Exception as exc:
+        # Fail closed, like the executor: a port that breaks denies.
+        return Decision(approved=False, reason=f"approval port failed: {type(exc).__name__}: {exc}")
+    if answer is None or isinstance(answer, Decision):
+        return answer
+    return Decision(approved=bool(answer))
+
+
+async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str = "") -> Any:
+    """Ask ``port`` once per paused call, then approve or reject it on the run state.
+
+    ``result`` is a ``RunResult`` (its ``to_state()`` is returned) or a ``RunState``
+    (updated in place and returned). For tools this bridge exported the port sees the
+    validated arguments and, when it approves, the bridge issues a one-use token (at most
+    256 per resolve) for the executor; for other tools it sees the model's raw arguments
+    and the SDK's approval is all there is. Requests carry ``run_id`` and
+    ``metadata={"integration": "openai_agents"}``. Denied calls are rejected with a
+    model-visible approval-denied error. A call still pending at a deferred port stays
+    paused: resolve again, with the same state and run_id, after it is answered.
+
+    Raises ToolUsageError, before any decision is applied, when a decision edits the
+    arguments of a tool this bridge did not export.
+    """
+    state: RunState[Any, Any] = result if isinstance(result, RunState) else result.to_state()
+    items: list[_Item] = []
+    for item in state.get_interruptions():
+        call_id = item.call_id or ""
+        if _decided(state, item, call_id):
+            continue
+        export = export_of(_tool_of(item))
+        tool = item.tool_name
+        if export is not None:
+            if not call_id:
+                reason = "the call has no call id, so no approval can be bound to it"
+                items.append(
+                    _Item(item, export, call_id, "", Decision(approved=False, reason=reason))
+                )
+                continue
+            try:
+                args: Any = export.spec.validate(item.arguments or "")
+            except ToolArgsInvalid as exc:
+                reason = f"its arguments are invalid ({exc})"
+                items.append(
+                    _Item(item, export, call_id, "", Decision(approved=False, reason=reason))
+                )
+                continue
+            redact = export.spec.redact
+        else:
+            args = _raw_args(item.arguments)
+            redact = frozenset()
+        args_digest = digest(args)
+        request = ApprovalRequest(
+            request_id=uuid.uuid4().hex,
+            run_id=run_id,
+            call_id=call_id,
+            tool=tool,
+            args=args,
+            digest=args_digest,
+            metadata={"integration": NAME},
+            redact=redact,
+        )
+        items.append(_Item(item, export, call_id, args_digest, await _ask(port, request)))
+    _check_edits(items)
+    _apply(state, items)
+    return state
+
+
+def _check_edits(items: Iterable[_Item]) -> None:
+    # Checked before anything is applied: an edit the bridge cannot deliver must not leave
+    # half the batch approved.
+    for entry in items:
+        decision = entry.decision
+        if entry.export is None and decision is not None and decision.edits is not None:
+            raise ToolUsageError(
+                f"the decision for {entry.item.tool_name} (call {entry.call_id}) edits its "
+                "arguments, but agent-adapter did not export that tool, so the edit cannot "
+                "reach it; reject the item yourself (state.reject(item)) or decide it again "
+                "under a new run_id"
+            )
+
+
+def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
+    scope = _scope_of(state)
+    issued = 0
+    fallback = 0
+    for entry in items:
+        decision = entry.decision
+        if decision is None:
+            continue
+        if not decision.approved:
+            state.reject(
+                entry.item, rejection_message=_denial(entry.item.tool_name, decision.reason)
+            )
+            continue
+        state.approve(entry.item)
+        if entry.export is None:
+            continue
+        integration: OpenAIAgentsIntegration = entry.export.integration or INTEGRATION
+        if scope is None or issued >= integration.max_tokens_per_resolve:
+            fallback += 1
+            continue
+        binding = (scope, entry.call_id, entry.export.spec.name)
+        fallback += integration.tokens.issue(binding, entry.digest, decision)
+        issued += 1
+    if fallback:
+        logger.warning(
+            "%d approved call(s) hold no approval token (over the %d-token limit of one "
+            "resolve, or dropped from a full token table); the executor's own approval "
+            "port decides them",
+            fallback,
+            INTEGRATION.max_tokens_per_resolve,
+        )

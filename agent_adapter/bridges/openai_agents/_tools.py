@@ -1,0 +1,178 @@
+"""Registry tools as the SDK's own ``FunctionTool``: schema, approval gate, invoker."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+from agents import FunctionTool
+from agents.exceptions import UserError
+from agents.strict_schema import ensure_strict_json_schema
+from agents.tool import set_function_tool_failure_error_function
+from agents.tool_context import ToolContext
+
+from ...engine import Call, CallContext, Executor, Registry, ToolSpec, digest, get_default_executor
+from ...errors import AdapterError, ToolArgsInvalid
+from ._compat import check_sdk
+from ._errors import encode_output, error_output, model_visible
+from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, run_id_for
+
+__all__ = ["Export", "export_of", "function_tool", "function_tools", "tool_schema"]
+
+_ATTR = "_agent_adapter_export"
+_encode = msgspec.json.Encoder().encode
+
+
+class Export(msgspec.Struct, frozen=True):
+    """What the bridge attached to a tool it exported: spec, executor, token holder."""
+
+    spec: ToolSpec
+    executor: Executor
+    integration: OpenAIAgentsIntegration
+
+
+def export_of(tool: Any) -> Export | None:
+    """The export record of an SDK tool this bridge built, else None."""
+    found = getattr(tool, _ATTR, None)
+    return found if isinstance(found, Export) else None
+
+
+def tool_schema(spec: ToolSpec, *, strict: bool) -> tuple[dict[str, Any], bool]:
+    """The parameters schema and whether it is strict.
+
+    Strict only where the engine finds the schema portable and the SDK's own conversion
+    accepts it without closing an open object; otherwise the full schema, non-strict,
+    never a silently narrowed one.
+    """
+    if strict:
+        candidate = spec.strict_schema()
+        if candidate is not None:
+            try:
+                ensure_strict_json_schema(copy.deepcopy(candidate), _reject_open_objects=True)
+            except (UserError, ValueError, TypeError):
+                candidate = None
+        if candidate is not None:
+            return candidate, True
+    return copy.deepcopy(spec.json_schema), False
+
+
+def _validated(spec: ToolSpec, params: Any) -> dict[str, Any] | None:
+    # The same path as the executor (JSON text), so the gate and the executor agree on
+    # validity and on the digest.
+    try:
+        return spec.validate(_encode(params))
+    except (ToolArgsInvalid, TypeError, msgspec.EncodeError):
+        return None
+
+
+def _gate(spec: ToolSpec) -> bool | Callable[..., Any]:
+    """The SDK's ``needs_approval`` for ``spec.confirm``; it decides nothing for the executor.
+
+    Invalid arguments are never sent for approval: the gate says no and the executor
+    returns tool-args-invalid. A rule is asked with a ``Call`` built like the executor's;
+    a rule that fails asks (fail closed), and the executor runs the rule again itself.
+    """
+    confirm = spec.confirm
+    if confirm is False:
+        return False
+
+    async def needs_approval(run_context: Any, params: Any, call_id: str) -> bool:
+        args = _validated(spec, params)
+        if args is None:
+            return False
+        if confirm is True:
+            return True
+        ctx = CallContext(
+            run_id=run_id_for(run_context),
+            call_id=call_id or "",
+            metadata={"integration": NAME},
+        )
+        call = Call(tool=spec.name, spec=spec, args=args, digest=digest(args), ctx=ctx)
+        try:
+            answer = confirm(call, ctx)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception:
+            return True
+        return bool(answer)
+
+    return needs_approval
+
+
+def _invoker(
+    spec: ToolSpec, executor: Executor, integration: OpenAIAgentsIntegration
+) -> Callable[..., Any]:
+    gated = spec.confirm is not False
+    bind = integration.bind_context
+    take = integration.take_token
+    run_spec = executor.run_spec
+    name = spec.name
+
+    # Annotated ToolContext (never RunContextWrapper): the SDK would otherwise pass a fork
+    # without tool_call_id and without the per-state scope the tokens are bound to.
+    async def on_invoke_tool(ctx: ToolContext[Any], raw_args: str) -> Any:
+        approval = take(ctx, name) if gated else None
+        try:
+            value = await run_spec(spec, raw_args, bind(ctx, approval))
+        except AdapterError as exc:
+            if model_visible(exc):
+                return error_output(exc)
+            raise  # the SDK wraps it: UserError("Error running tool ...") from exc
+        return encode_output(value)
+
+    return on_invoke_tool
+
+
+def function_tool(
+    spec: ToolSpec,
+    *,
+    executor: Executor | None = None,
+    strict: bool = True,
+    integration: OpenAIAgentsIntegration | None = None,
+) -> FunctionTool:
+    """One SDK ``FunctionTool`` that runs ``spec`` through ``executor``'s pipeline.
+
+    ``executor=None`` uses the default executor. The schema is OpenAI-strict where it is
+    portable (``strict=False`` or a non-portable schema: non-strict). ``spec.confirm``
+    becomes the SDK's ``needs_approval`` gate. Raises IntegrationError for an SDK outside
+    0.24 to below 1.0.
+    """
+    check_sdk()
+    executor = executor if executor is not None else get_default_executor()
+    integration = integration if integration is not None else INTEGRATION
+    schema, is_strict = tool_schema(spec, strict=strict)
+    tool = FunctionTool(
+        name=spec.name,
+        description=spec.description,
+        params_json_schema=schema,
+        on_invoke_tool=_invoker(spec, executor, integration),
+        strict_json_schema=is_strict,
+        needs_approval=_gate(spec),
+    )
+    # None: refusals and CancelledError are never turned into "please try again" text;
+    # the model-visible kinds are already tool output, everything else fails the run.
+    set_function_tool_failure_error_function(tool, None)
+    setattr(tool, _ATTR, Export(spec, executor, integration))
+    return tool
+
+
+def function_tools(
+    registry: Registry,
+    *,
+    executor: Executor | None = None,
+    strict: bool = True,
+    integration: OpenAIAgentsIntegration | None = None,
+) -> list[FunctionTool]:
+    """One ``FunctionTool`` per registry tool whose ``targets`` include ``openai_agents``."""
+    check_sdk()
+    return [
+        function_tool(spec, executor=executor, strict=strict, integration=integration)
+        for spec in _exported(registry)
+    ]
+
+
+def _exported(registry: Registry) -> Iterator[ToolSpec]:
+    return (spec for spec in registry if spec.exported_to(NAME))

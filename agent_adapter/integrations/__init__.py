@@ -1,0 +1,1 @@
+"""Documented import paths for the bridges (``agent_adapter.integrations.openai_agents``)."""

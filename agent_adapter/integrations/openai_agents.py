@@ -1,0 +1,29 @@
+"""The documented import path of the OpenAI Agents SDK bridge; see ``agent_adapter.bridges``."""
+
+from ..bridges.openai_agents import (
+    INTEGRATION,
+    SUPPORTED,
+    OpenAIAgentsIntegration,
+    check_sdk,
+    function_tool,
+    function_tools,
+    resolve_interruptions,
+    run,
+    run_sync,
+    sdk_version,
+    unwrap,
+)
+
+__all__ = [
+    "INTEGRATION",
+    "SUPPORTED",
+    "OpenAIAgentsIntegration",
+    "check_sdk",
+    "function_tool",
+    "function_tools",
+    "resolve_interruptions",
+    "run",
+    "run_sync",
+    "sdk_version",
+    "unwrap",
+]
