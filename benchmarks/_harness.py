@@ -19,9 +19,12 @@ API (kept small and stable; other bench scripts import it):
 ``parse_args(description, argv=None) -> argparse.Namespace``
     Standard flags: ``--quick`` (a smoke run that finishes in seconds), ``--rounds N``,
     ``--block-ms MS``. ``args.rounds`` and ``args.block_ms`` are filled in (quick or not).
-``Variant(name, op, n=None)``
+``Variant(name, op, n=None, setup=None)``
     ``op`` is a zero-argument callable (sync benches) or a zero-argument coroutine
     function (async benches). ``n`` fixes the ops per block instead of calibrating.
+    ``setup(n)``, when given, is called (sync, untimed) before every block of ``n`` ops,
+    calibration blocks included: fresh state per block (a new ledger, a model scripted
+    for ``n`` runs) so that state grown by earlier blocks never slows later ones.
 ``bench(variants, *, baseline=None, rounds, block_ms) -> dict[str, Result]``
 ``await abench(variants, *, baseline=None, rounds, block_ms) -> dict[str, Result]``
     Run the rounds. ``baseline`` names the variant that ratios are taken against (the
@@ -108,6 +111,7 @@ class Variant:
     name: str
     op: Callable[[], Any]
     n: int | None = None
+    setup: Callable[[int], Any] | None = None
 
 
 @dataclass
@@ -140,7 +144,9 @@ def paired_ratio(samples: Sequence[float], base: Sequence[float]) -> float:
 # -- timing -----------------------------------------------------------------------------
 
 
-def _block_sync(op: Callable[[], Any], n: int) -> float:
+def _block_sync(op: Callable[[], Any], n: int, setup: Callable[[int], Any] | None = None) -> float:
+    if setup is not None:
+        setup(n)
     gc.collect()
     r = range(n)
     t0 = _perf_ns()
@@ -149,7 +155,11 @@ def _block_sync(op: Callable[[], Any], n: int) -> float:
     return (_perf_ns() - t0) / n
 
 
-async def _block_async(op: Callable[[], Awaitable[Any]], n: int) -> float:
+async def _block_async(
+    op: Callable[[], Awaitable[Any]], n: int, setup: Callable[[int], Any] | None = None
+) -> float:
+    if setup is not None:
+        setup(n)
     gc.collect()
     r = range(n)
     t0 = _perf_ns()
@@ -166,20 +176,20 @@ def _next_n(n: int, per_op_ns: float, block_ms: float) -> int | None:
     return None
 
 
-def _calibrate_sync(op: Callable[[], Any], block_ms: float) -> int:
+def _calibrate_sync(v: Variant, block_ms: float) -> int:
     n = 1
     while True:
-        per_op = _block_sync(op, n)
+        per_op = _block_sync(v.op, n, v.setup)
         target = _next_n(n, per_op, block_ms)
         if target is not None:
             return target
         n *= 4
 
 
-async def _calibrate_async(op: Callable[[], Awaitable[Any]], block_ms: float) -> int:
+async def _calibrate_async(v: Variant, block_ms: float) -> int:
     n = 1
     while True:
-        per_op = await _block_async(op, n)
+        per_op = await _block_async(v.op, n, v.setup)
         target = _next_n(n, per_op, block_ms)
         if target is not None:
             return target
@@ -235,12 +245,12 @@ def bench(
 ) -> dict[str, Result]:
     """Time synchronous variants in rotating rounds; ratios against ``baseline``."""
     _check(variants)
-    ns = {v.name: v.n or _calibrate_sync(v.op, block_ms) for v in variants}
+    ns = {v.name: v.n or _calibrate_sync(v, block_ms) for v in variants}
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
     for order in _orders(len(variants), rounds):
         for i in order:
             v = variants[i]
-            samples[v.name].append(_block_sync(v.op, ns[v.name]))
+            samples[v.name].append(_block_sync(v.op, ns[v.name], v.setup))
     return _summarise(variants, ns, samples, baseline)
 
 
@@ -253,12 +263,12 @@ async def abench(
 ) -> dict[str, Result]:
     """Time async variants (coroutine functions) inside the running loop, like :func:`bench`."""
     _check(variants)
-    ns = {v.name: v.n or await _calibrate_async(v.op, block_ms) for v in variants}
+    ns = {v.name: v.n or await _calibrate_async(v, block_ms) for v in variants}
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
     for order in _orders(len(variants), rounds):
         for i in order:
             v = variants[i]
-            samples[v.name].append(await _block_async(v.op, ns[v.name]))
+            samples[v.name].append(await _block_async(v.op, ns[v.name], v.setup))
     return _summarise(variants, ns, samples, baseline)
 
 
