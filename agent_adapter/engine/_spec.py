@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import math
 import re
 import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,18 +48,33 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     return False
 
 
-def _obj_too_deep(value: Any, limit: int) -> bool:
-    """The same check for Python values given as a dict (iterative, stops early)."""
+def _not_json(value: Any, limit: int) -> str | None:
+    """Why a Python value given as a dict is not JSON arguments, or None when it is.
+
+    Iterative, stops early. Nesting counts containers only (as the text check does), and
+    a float that is NaN or infinite is refused: JSON has no such numbers, and msgspec
+    would encode each of them as ``null``, giving three different values one digest.
+    """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if depth > limit:
-            return True
         if isinstance(item, dict):
+            if depth > limit:
+                return f"nest deeper than {limit} levels"
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list | tuple):
+            if depth > limit:
+                return f"nest deeper than {limit} levels"
             stack.extend((v, depth + 1) for v in item)
-    return False
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"contain {item!r}, which is not a JSON number"
+    return None
+
+
+# A msgspec error's path ("... - at `$.name...`") and its root argument.
+_MSGSPEC_PATH = re.compile(r" - at `\$\.([^.\[`]+)")
+# Root-level jsonschema keywords whose messages name properties, never values.
+_VALUE_FREE = frozenset({"required", "additionalProperties", "unevaluatedProperties"})
 
 
 # -- strict (OpenAI) schema -------------------------------------------------------------
@@ -71,6 +87,9 @@ _STRICT_KEYWORDS = frozenset(
         "maxItems", "default",
     }
 )  # fmt: skip
+
+
+_TYPED_KEYWORDS = frozenset({"type", "anyOf", "$ref", "enum", "const"})
 
 
 def _nullable(schema: Mapping[str, Any]) -> bool:
@@ -87,6 +106,9 @@ def _strict_node(node: Any) -> Any:
     unknown = set(node) - _STRICT_KEYWORDS
     if unknown:
         raise ValueError(f"keywords {sorted(unknown)} are not portable")
+    if not _TYPED_KEYWORDS & node.keys():
+        # An untyped subschema (``Any``: ``{}``) accepts anything; strict mode cannot.
+        raise ValueError("a subschema without a type is not portable")
     out = {k: v for k, v in node.items() if k != "default"}
     if "default" in node and node["default"] is not None:
         raise ValueError("a non-null default cannot be expressed")
@@ -212,7 +234,7 @@ class ToolSpec:
                 try:
                     obj = msgspec.json.decode(raw, type=self.args_type)
                 except msgspec.DecodeError as exc:
-                    raise ToolArgsInvalid(f"invalid arguments for {self.name}: {exc}") from None
+                    raise self._invalid(str(exc)) from None
                 return msgspec.structs.asdict(obj)
             try:
                 value = msgspec.json.decode(raw)
@@ -223,17 +245,25 @@ class ToolSpec:
             raise ToolArgsInvalid(
                 f"invalid arguments for {self.name}: expected an object, got {type(args).__name__}"
             )
-        if self.untyped and _obj_too_deep(args, MAX_ARGS_DEPTH):
-            raise ToolArgsInvalid(
-                f"arguments for {self.name} nest deeper than {MAX_ARGS_DEPTH} levels"
-            )
+        problem = _not_json(args, MAX_ARGS_DEPTH)
+        if problem is not None:
+            raise ToolArgsInvalid(f"arguments for {self.name} {problem}")
         if self.args_type is not None:
             try:
                 obj = msgspec.convert(args, self.args_type, strict=True)
             except msgspec.ValidationError as exc:
-                raise ToolArgsInvalid(f"invalid arguments for {self.name}: {exc}") from None
+                raise self._invalid(str(exc)) from None
             return msgspec.structs.asdict(obj)
         return self._validate_schema(dict(args))
+
+    def _invalid(self, message: str) -> ToolArgsInvalid:
+        # msgspec quotes the value for enum and literal errors ("Invalid enum value 'x'"):
+        # for a redacted argument keep only the path, so no secret reaches the ledger.
+        if self.redact:
+            at = _MSGSPEC_PATH.search(message)
+            if at is not None and at.group(1) in self.redact:
+                message = f"Invalid value{message[at.start() :]}"
+        return ToolArgsInvalid(f"invalid arguments for {self.name}: {message}")
 
     def _validate_schema(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -242,8 +272,16 @@ class ToolSpec:
             )
         error = next(iter(self.validator.iter_errors(value)), None)
         if error is not None:
-            where = "$" + "".join(f"[{p!r}]" for p in error.absolute_path)
-            raise ToolArgsInvalid(f"invalid arguments for {self.name}: {error.message} at {where}")
+            path = list(error.absolute_path)
+            where = "$" + "".join(f"[{p!r}]" for p in path)
+            message = error.message
+            # jsonschema messages quote the offending value (for some keywords, the whole
+            # object): with redacted arguments, name only the keyword, never the value.
+            if self.redact and (
+                path[0] in self.redact if path else error.validator not in _VALUE_FREE
+            ):
+                message = f"{error.validator!r} is not satisfied"
+            raise ToolArgsInvalid(f"invalid arguments for {self.name}: {message} at {where}")
         defaults = {
             k: copy.deepcopy(v["default"])
             for k, v in self.json_schema.get("properties", {}).items()
