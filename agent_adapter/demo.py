@@ -1,0 +1,337 @@
+"""``agent-adapter demo``: a support agent on the real OpenAI Agents SDK, no network.
+
+A scripted model (``agents.testing.ScriptedModel``) plays the LLM: it looks up an order
+(a cached read tool) and asks to refund it (``confirm=True``, effect key
+``refund:{order_id}``). The run pauses for approval; the person at the terminal (or
+``--approve`` / ``--deny`` / ``--edit-amount``) decides through ``resolve_interruptions``
+and the run resumes. A second turn asks for the same refund again: the lookup comes from
+the cache and the refund is refused with ``DuplicateEffect`` although it was approved.
+Then the audit of the SQLite ledger is printed.
+
+Without a terminal and without a decision flag the refund is denied (fail closed), so
+the demo never waits for input nobody can give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from agents import Agent, RunConfig
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+from .bridges.openai_agents import function_tools, resolve_interruptions
+from .bridges.openai_agents import run as run_agent
+from .cli import CliError, Style, log_hooks, render_audit
+from .engine import CallbackApproval, Decision, Executor, Registry, current_call
+from .errors import AdapterError, DuplicateEffect, ToolError
+from .ledger import Event, SQLiteLedger, replay
+
+__all__ = ["AMOUNT_CENTS", "ORDER_ID", "RUN_ID", "build_registry", "run"]
+
+RUN_ID = "demo-run"
+ORDER_ID = "A1001"
+AMOUNT_CENTS = 4250
+ORDERS: dict[str, dict[str, Any]] = {
+    ORDER_ID: {
+        "order_id": ORDER_ID,
+        "customer": "Ada Lovelace",
+        "item": "mechanical keyboard",
+        "total_cents": AMOUNT_CENTS,
+        "status": "delivered",
+    }
+}
+
+
+def build_registry(refunds: list[dict[str, Any]]) -> Registry:
+    """The demo's tools; ``refunds`` collects every refund the payment "API" received."""
+    registry = Registry()
+
+    @registry.tool(cache=300)
+    async def lookup_order(order_id: str) -> dict[str, Any]:
+        """Look up an order by its id (read-only; results are cached for five minutes)."""
+        order = ORDERS.get(order_id)
+        if order is None:
+            raise ToolError(f"there is no order {order_id}")
+        return dict(order)
+
+    @registry.tool(confirm=True, effect="refund:{order_id}", timeout=10)
+    async def refund(order_id: str, amount_cents: int) -> str:
+        """Refund an order. Amounts are integer minor units (cents)."""
+        call = current_call()
+        key = call.effect_key if call is not None else None
+        # The effect key doubles as the payment API's idempotency key.
+        refunds.append({"order_id": order_id, "amount_cents": amount_cents, "key": key})
+        return f"refunded {amount_cents} cents on order {order_id}"
+
+    return registry
+
+
+def _last_tool_output(call: ModelCall) -> str:
+    items = call.input if isinstance(call.input, list) else []
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            return str(item.get("output", ""))
+    return ""
+
+
+def _reply(call: ModelCall) -> Any:
+    """The scripted model's last message of turn 1: it reads what the refund tool said."""
+    output = _last_tool_output(call)
+    try:
+        error = json.loads(output).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if error:
+        text = f"I could not refund order {ORDER_ID}: {error.get('message', 'refused')}."
+    else:
+        text = f"Done: {output}. You will see it on your statement in a few days."
+    return [assistant_message(text)]
+
+
+def _script() -> list[Any]:
+    refund_args = {"order_id": ORDER_ID, "amount_cents": AMOUNT_CENTS}
+    return [
+        # turn 1
+        [function_call("lookup_order", {"order_id": ORDER_ID}, call_id="call_lookup_1")],
+        [function_call("refund", refund_args, call_id="call_refund_1")],
+        ModelStep.respond(_reply),
+        # turn 2: the customer asks again; the model looks up and refunds again
+        [function_call("lookup_order", {"order_id": ORDER_ID}, call_id="call_lookup_2")],
+        [function_call("refund", refund_args, call_id="call_refund_2")],
+    ]
+
+
+class _Narrator:
+    """A hook that prints each call's outcome and each approval as the ledger records them."""
+
+    name = "demo-narrator"
+
+    def __init__(self, out: IO[str], style: Style) -> None:
+        self._out = out
+        self._style = style
+        self._args: dict[tuple[str, str], Any] = {}
+
+    def on_event(self, event: Event) -> None:
+        key = (event.run_id, event.call_id)
+        style = self._style
+        if event.type == "call.requested":
+            args = getattr(event, "args", None)
+            if isinstance(args, str):  # the SDK passes the model's JSON text
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            self._args[key] = args
+        elif event.type in ("approval.granted", "approval.denied"):
+            who = getattr(event, "reviewer", "") or "nobody"
+            how = getattr(event, "source", "")
+            edited = " (edited arguments)" if getattr(event, "edited", False) else ""
+            print(f"  {style.tag(event.type)} by {who} via {how}{edited}", file=self._out)
+        elif event.is_outcome:
+            args = json.dumps(self._args.pop(key, None), separators=(",", ":"))
+            detail = ""
+            if event.type in ("call.succeeded", "call.cached"):
+                detail = json.dumps(getattr(event, "result", None), separators=(",", ":"))
+            elif event.type == "call.duplicate":
+                detail = f"effect {getattr(event, 'key', '')} was already committed"
+            elif hasattr(event, "reason"):
+                detail = str(event.reason)
+            elif hasattr(event, "error"):
+                detail = str(event.error)
+            if len(detail) > 100:
+                detail = detail[:97] + "..."
+            print(
+                f"  tool {style.paint(event.tool, 'bold')} {args} -> {style.tag(event.type)}"
+                + (f" {detail}" if detail else ""),
+                file=self._out,
+            )
+
+
+def _reviewer(args: argparse.Namespace) -> str:
+    if getattr(args, "reviewer", None):
+        return str(args.reviewer)
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "operator"
+
+
+def _decider(
+    args: argparse.Namespace, out: IO[str], style: Style, stdin: IO[str]
+) -> Callable[[Any], Any]:
+    """The approval callback: the flags, else the terminal, else deny (fail closed)."""
+    reviewer = _reviewer(args)
+
+    async def decide(request: Any) -> Decision:
+        amount = request.args.get("amount_cents")
+        order = request.args.get("order_id")
+        print(
+            style.paint(f"  approval needed: refund {amount} cents on order {order}", "yellow"),
+            file=out,
+        )
+        if args.approve:
+            print(f"  --approve: approved as {reviewer}", file=out)
+            return Decision(approved=True, reviewer=reviewer, reason="--approve")
+        if args.deny:
+            print(f"  --deny: denied as {reviewer}", file=out)
+            return Decision(approved=False, reviewer=reviewer, reason="--deny")
+        if args.edit_amount is not None:
+            print(f"  --edit-amount: approved for {args.edit_amount} cents as {reviewer}", file=out)
+            return _edit(request, args.edit_amount, reviewer)
+        if not stdin.isatty():
+            print(
+                "  no terminal to ask (and no --approve, --deny or --edit-amount): "
+                "denied, failing closed",
+                file=out,
+            )
+            return Decision(approved=False, reviewer=reviewer, reason="no terminal to ask")
+        return await _ask(request, reviewer, out, stdin)
+
+    return decide
+
+
+def _edit(request: Any, amount: int, reviewer: str) -> Decision:
+    edits = {**request.args, "amount_cents": amount}
+    return Decision(approved=True, reviewer=reviewer, reason="amount edited", edits=edits)
+
+
+async def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
+    def read(prompt: str) -> str | None:
+        out.write(prompt)
+        out.flush()
+        line = stdin.readline()
+        return line.strip() if line else None  # "" is an empty answer, None is EOF
+
+    while True:
+        answer = await asyncio.to_thread(read, "  approve? [y]es / [n]o / [e]dit amount: ")
+        if answer is None:
+            print("\n  end of input: denied, failing closed", file=out)
+            return Decision(approved=False, reviewer=reviewer, reason="end of input")
+        choice = answer.lower()[:1]
+        if choice == "y":
+            return Decision(approved=True, reviewer=reviewer, reason="approved at the terminal")
+        if choice == "n":
+            return Decision(approved=False, reviewer=reviewer, reason="denied at the terminal")
+        if choice == "e":
+            text = await asyncio.to_thread(read, "  new amount in cents: ")
+            if text is not None and text.isdigit():
+                return _edit(request, int(text), reviewer)
+            print("  an amount is a whole number of cents", file=out)
+
+
+def _fresh_ledger_path(path: Path, out: IO[str]) -> None:
+    if path.is_dir():
+        raise CliError(f"{path} is a directory; pass --db FILE")
+    removed = False
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            part.unlink()
+            removed = True
+    note = " (removed the previous one, so every run starts fresh)" if removed else ""
+    print(f"ledger: {path.resolve()}{note}", file=out)
+
+
+async def run(args: argparse.Namespace, out: IO[str], *, stdin: IO[str] | None = None) -> int:
+    """Run the demo; returns the exit status (0 when it ran to the end)."""
+    style: Style = args.style
+    stdin = stdin if stdin is not None else sys.stdin
+    if not getattr(args, "logging", False):
+        # The SDK logs a tool error that reaches the host (our DuplicateEffect) at ERROR;
+        # the demo prints it itself. With --log-format the host's logging shows it.
+        logging.getLogger("openai.agents").setLevel(logging.CRITICAL)
+    path = Path(args.db)
+    title = "agent-adapter demo: a support agent on the OpenAI Agents SDK"
+    print(style.paint(title, "bold") + " (scripted model: no API key, no network)", file=out)
+    _fresh_ledger_path(path, out)
+
+    refunds: list[dict[str, Any]] = []
+    registry = build_registry(refunds)
+    hooks = [_Narrator(out, style), *log_hooks(getattr(args, "logging", False))]
+    ledger = SQLiteLedger(str(path))
+    executor = await Executor.open(registry, ledger=ledger, hooks=hooks)
+    try:
+        model = ScriptedModel(_script())
+        agent = Agent(
+            name="support",
+            instructions="Help customers with their orders. Refunds need a human's approval.",
+            tools=list(function_tools(registry, executor=executor)),
+            model=model,
+        )
+        config = RunConfig(tracing_disabled=True)
+        context = {"run_id": RUN_ID}
+
+        section = style.paint("turn 1", "cyan", "bold")
+        print(f"\n{section}", file=out)
+        first = "My keyboard (order A1001) arrived broken. Please refund it."
+        print(f"customer: {first}", file=out)
+        result = await run_agent(agent, first, run_config=config, context=context)
+        decide = CallbackApproval(_decider(args, out, style, stdin), reviewer=_reviewer(args))
+        while result.interruptions:
+            paused = ", ".join(i.tool_name or "?" for i in result.interruptions)
+            print(f"  run paused: {paused} needs approval", file=out)
+            state = await resolve_interruptions(result, decide, run_id=RUN_ID)
+            result = await run_agent(agent, state, run_config=config, context=context)
+        print(f"agent: {result.final_output}", file=out)
+
+        section = style.paint("turn 2: the same refund again", "cyan", "bold")
+        print(f"\n{section}", file=out)
+        committed = executor.state.effects.get(f"refund:{ORDER_ID}")
+        if committed is None or committed.status != "committed":
+            print(
+                "  no refund was made, so there is nothing a retry could duplicate; skipped",
+                file=out,
+            )
+        else:
+            await _retry(agent, config, context, out, style)
+        print(f"\nrefunds the payment API received: {len(refunds)}", file=out)
+        for r in refunds:
+            print(f"  {r['amount_cents']} cents on {r['order_id']} (key {r['key']})", file=out)
+
+        section = style.paint(f"audit of {path}", "cyan", "bold")
+        print(f"\n{section}", file=out)
+        events = [e async for e in ledger.read()]
+        audit = replay(events, await ledger.verify())
+        for line in render_audit(audit, style):
+            print(line, file=out)
+        print(
+            f"\nexplore it: agent-adapter ledger show --db {path}   "
+            f"(also: ledger audit, ledger verify, ledger export)",
+            file=out,
+        )
+    finally:
+        await executor.close()
+    return 0
+
+
+async def _retry(
+    agent: Agent[Any], config: RunConfig, context: dict[str, Any], out: IO[str], style: Style
+) -> None:
+    again = "I got no confirmation. Refund order A1001 again, please."
+    print(f"customer: {again}", file=out)
+    policy = CallbackApproval(
+        lambda request: Decision(
+            approved=True, reviewer="auto-policy", reason="repeat of an approved refund"
+        )
+    )
+    try:
+        result = await run_agent(agent, again, run_config=config, context=context)
+        while result.interruptions:
+            print("  run paused: refund needs approval; an automatic policy approves it", file=out)
+            state = await resolve_interruptions(result, policy, run_id=RUN_ID)
+            result = await run_agent(agent, state, run_config=config, context=context)
+        print(f"agent: {result.final_output}", file=out)
+    except DuplicateEffect as exc:
+        verdict = style.paint("refused: DuplicateEffect", "red", "bold")
+        print(f"host: {verdict}: {exc}", file=out)
+        print("  the approval did not matter: the refund did not run a second time", file=out)
+    except AdapterError as exc:  # pragma: no cover - any other refusal is printed, not raised
+        print(f"host: {type(exc).__name__}: {exc}", file=out)
