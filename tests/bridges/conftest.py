@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-
 from agent_adapter.bridges.openai_agents import INTEGRATION
 
 

@@ -81,7 +81,8 @@ async def paused(registry: Registry, executor: Executor, *calls: Any) -> tuple[A
 
 
 async def test_approved_call_runs_once_with_the_approval_in_the_ledger() -> None:
-    """An approved confirm-call runs once; the ledger shows approval.granted by the token's decision (source "context") for the digest that ran."""
+    """An approved confirm-call runs once; the ledger shows approval.granted by the token's decision
+    (source "context") for the digest that ran."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
@@ -114,7 +115,8 @@ async def test_approved_call_runs_once_with_the_approval_in_the_ledger() -> None
 
 
 async def test_rejected_call_never_runs_and_the_model_sees_approval_denied() -> None:
-    """A rejected call is rejected on the state with a model-visible approval-denied error and never reaches the executor."""
+    """A rejected call is rejected on the state with a model-visible approval-denied error and never
+    reaches the executor."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
@@ -170,7 +172,7 @@ async def test_valid_edit_runs_the_edited_arguments_only() -> None:
 
 
 async def test_invalid_edit_gives_the_model_tool_args_invalid() -> None:
-    """An edit that does not validate ends the call with tool-args-invalid; the tool does not run."""
+    """An edit that does not validate ends the call with tool-args-invalid; nothing runs."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
@@ -195,12 +197,13 @@ async def test_invalid_edit_gives_the_model_tool_args_invalid() -> None:
 
 
 async def test_invalid_arguments_never_reach_the_port() -> None:
-    """Arguments that do not validate pass the SDK gate unasked; the executor returns tool-args-invalid."""
+    """Arguments that do not validate pass the SDK gate unasked; the executor returns tool-args-
+    invalid."""
     registry, ran = build()
     ledger = MemoryLedger()
     port = Recorder()
     executor = Executor(registry, ledger=ledger, approval=port)
-    agent, model, result = await paused(
+    _agent, model, result = await paused(
         registry,
         executor,
         function_call("refund", {"order_id": "A1", "amount_cents": "500"}, call_id="c1"),
@@ -214,7 +217,8 @@ async def test_invalid_arguments_never_reach_the_port() -> None:
 
 
 async def test_bad_json_pauses_in_the_sdk_and_is_denied_without_asking() -> None:
-    """The SDK pauses a gated call whose text is not JSON; resolve denies it without asking the port."""
+    """The SDK pauses a gated call whose text is not JSON; resolve denies it without asking the
+    port."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
@@ -230,23 +234,25 @@ async def test_bad_json_pauses_in_the_sdk_and_is_denied_without_asking() -> None
     assert ran == []
     output = outputs(model)["c1"]
     assert output.startswith(
-        '{"error":{"kind":"approval-denied","message":"refund was not approved: its arguments are invalid'
+        '{"error":{"kind":"approval-denied","message":"refund was not approved: '
+        "its arguments are invalid"
     )
     assert await call_types(ledger, "c1") == []
 
 
 async def test_rule_that_says_no_lets_the_call_through_and_the_executor_runs_it_again() -> None:
-    """A rule's "no" skips the SDK pause; the executor evaluates the rule itself and runs the call unapproved."""
+    """A rule's "no" skips the SDK pause; the executor evaluates the rule itself and runs the call
+    unapproved."""
     seen: list[tuple[str, dict[str, Any], str]] = []
 
     def large(call: Any, ctx: Any) -> bool:
         seen.append((call.tool, call.args, ctx.call_id))
         return call.args["amount_cents"] >= 10_000
 
-    registry, ran = build(confirm=large)
+    registry, _ran = build(confirm=large)
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
-    agent, model, result = await paused(
+    _agent, model, result = await paused(
         registry,
         executor,
         function_call("refund", {"order_id": "A1", "amount_cents": 500}, call_id="c1"),
@@ -265,7 +271,7 @@ async def test_rule_that_says_no_lets_the_call_through_and_the_executor_runs_it_
 
 async def test_rule_that_says_yes_pauses_and_the_token_approves() -> None:
     """A rule's "yes" pauses the run; the approved call runs with the token's approval."""
-    registry, ran = build(confirm=lambda call, ctx: call.args["amount_cents"] >= 10_000)
+    registry, _ran = build(confirm=lambda call, ctx: call.args["amount_cents"] >= 10_000)
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
     agent, model, result = await paused(
@@ -282,8 +288,9 @@ async def test_rule_that_says_yes_pauses_and_the_token_approves() -> None:
 
 
 async def test_parallel_calls_in_one_turn_are_decided_one_by_one() -> None:
-    """Three calls in one turn: the ungated one runs at once, one gated call is approved, the other rejected."""
-    registry, ran = build()
+    """Three calls in one turn: the ungated one runs at once, one gated call is approved, the other
+    rejected."""
+    registry, _ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
     port = Recorder(lambda request: request.args["amount_cents"] < 1_000)
@@ -315,8 +322,9 @@ async def test_parallel_calls_in_one_turn_are_decided_one_by_one() -> None:
 
 
 async def test_deferred_approval_works_in_two_phases() -> None:
-    """A deferred port leaves the call paused; after the answer, a second resolve with the same state and run_id approves it."""
-    registry, ran = build()
+    """A deferred port leaves the call paused; after the answer, a second resolve with the same
+    state and run_id approves it."""
+    registry, _ran = build()
     ledger = MemoryLedger()
     deferred = DeferredApproval(ledger)
     executor = Executor(registry, ledger=ledger)
@@ -399,8 +407,9 @@ def sdk_tool(ran: list[str]) -> FunctionTool:
 
 
 async def test_other_sdk_tools_are_asked_with_raw_arguments_and_get_no_token() -> None:
-    """For a tool the bridge did not export the port sees the model's raw arguments, and the SDK's approval is all there is."""
-    registry, ran = build()
+    """For a tool the bridge did not export the port sees the model's raw arguments, and the SDK's
+    approval is all there is."""
+    registry, _ran = build()
     executor = Executor(registry)
     other: list[str] = []
     port = Recorder()
@@ -429,8 +438,9 @@ async def test_other_sdk_tools_are_asked_with_raw_arguments_and_get_no_token() -
 
 
 async def test_an_edit_for_a_tool_not_exported_raises_before_any_decision_is_applied() -> None:
-    """An edit the bridge cannot deliver raises ToolUsageError and leaves every call in the batch undecided."""
-    registry, ran = build()
+    """An edit the bridge cannot deliver raises ToolUsageError and leaves every call in the batch
+    undecided."""
+    registry, _ran = build()
     executor = Executor(registry)
     other: list[str] = []
 
@@ -439,7 +449,7 @@ async def test_an_edit_for_a_tool_not_exported_raises_before_any_decision_is_app
             return Decision(approved=True, edits={"path": "/tmp/y"})
         return Decision(approved=True)
 
-    agent, model = make_agent(
+    agent, _model = make_agent(
         [*function_tools(registry, executor=executor), sdk_tool(other)],
         [
             function_call("refund", {"order_id": "A1", "amount_cents": 5}, call_id="c1"),
@@ -483,7 +493,8 @@ async def test_a_failing_port_denies() -> None:
 
 
 async def test_denials_are_recorded_by_the_executor_when_no_token_exists() -> None:
-    """Without a token the executor's own port decides; with none it denies, and the ledger says source "none"."""
+    """Without a token the executor's own port decides; with none it denies, and the ledger says
+    source "none"."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
