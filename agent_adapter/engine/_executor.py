@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from hashlib import sha256
 from typing import Any
 
 import msgspec
@@ -63,9 +64,9 @@ from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
 from ._approval import ApprovalPort, ApprovalRequest, Decision, redacted
 from ._context import Call, CallContext, Outcome, _current
-from ._digest import digest
+from ._digest import canonical, digest
 from ._limits import RunLimits
-from ._spec import Registry, ToolSpec
+from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
 
 __all__ = ["Executor", "get_default_executor"]
@@ -90,6 +91,26 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
+def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
+    """Validate ``args`` for ``spec`` and digest them (the digest is ``digest(validated)``).
+
+    Raises ToolArgsInvalid also for values JSON cannot hold (a dict can carry any Python
+    object) and for a dict whose canonical form is over the size limit (text is measured
+    before it is parsed, in ``validate``).
+    """
+    validated = spec.validate(args)
+    try:
+        data = canonical(validated)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ToolArgsInvalid(f"arguments for {spec.name} are not JSON values: {exc}") from None
+    if len(data) > MAX_ARGS_BYTES and isinstance(args, Mapping):
+        raise ToolArgsInvalid(
+            f"arguments for {spec.name} are {len(data)} bytes as JSON, over the "
+            f"{MAX_ARGS_BYTES} byte limit"
+        )
+    return validated, sha256(data).hexdigest()
+
+
 class _Stop(Exception):
     """Internal: end the call with ``outcome`` and raise ``error`` to the caller."""
 
@@ -101,7 +122,7 @@ class _Stop(Exception):
 class _Run:
     """The mutable state of one call on its way through the pipeline."""
 
-    __slots__ = ("buffer", "call", "ctx", "key", "reached_body", "spec", "started", "t0")
+    __slots__ = ("buffer", "call", "ctx", "ended", "key", "reached_body", "spec", "started", "t0")
 
     def __init__(self, spec: ToolSpec, ctx: CallContext, t0: float) -> None:
         self.spec = spec
@@ -112,6 +133,9 @@ class _Run:
         self.call: Call | None = None
         self.started = False
         self.reached_body = False
+        # Set once the outcome is emitted: a cancel that lands later (in an after_tool
+        # hook, or while the outcome is being written) must not add a second outcome.
+        self.ended = False
 
 
 class Executor:
@@ -247,17 +271,13 @@ class Executor:
         for queue in self._subscribers:
             queue.put_nowait(failed)
 
-    async def subscribe(self) -> AsyncIterator[Event]:
-        """Yield events as this executor appends them (a live view), until cancelled."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._subscribers.append(queue)
-        self._observed = True
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._subscribers.remove(queue)
-            self._observed = bool(self._on_event or self._subscribers)
+    def subscribe(self) -> AsyncIterator[Event]:
+        """Events as this executor appends them (a live view), from this call on.
+
+        Registered at once (not at the first ``anext``), so nothing appended between
+        ``subscribe()`` and the first read is missed; ``aclose()`` ends it.
+        """
+        return _Subscription(self)
 
     # -- public entry points ------------------------------------------------------------
 
@@ -308,10 +328,9 @@ class Executor:
         token = None
         try:
             try:
-                validated = spec.validate(args)
+                validated, call_digest = _validated(spec, args)
             except ToolArgsInvalid as exc:
                 raise _Stop(self._invalid(run, str(exc)), exc) from None
-            call_digest = digest(validated)
             self._emit(
                 run,
                 CallValidated(
@@ -332,18 +351,21 @@ class Executor:
             await self._end(run, stop.outcome)
             raise stop.error from getattr(stop.error, "__cause__", None)
         except asyncio.CancelledError:
-            # Never swallowed: recorded as the call's outcome, then re-raised.
-            await self._end_shielded(
-                run,
-                CallCancelled(
-                    ts=clock(),
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    tool=spec.name,
-                    duration_ms=(clock() - run.t0) * 1000.0,
-                    started=run.started,
-                ),
-            )
+            # Never swallowed: recorded as the call's outcome (unless it has one), re-raised.
+            if not run.ended:
+                inflight = self.state.inflight.get(run.key)
+                await self._end_shielded(
+                    run,
+                    CallCancelled(
+                        ts=clock(),
+                        run_id=ctx.run_id,
+                        call_id=ctx.call_id,
+                        tool=spec.name,
+                        duration_ms=(clock() - run.t0) * 1000.0,
+                        started=run.started,
+                        counted=inflight is not None and inflight.counted,
+                    ),
+                )
             raise
         finally:
             if token is not None:
@@ -354,6 +376,9 @@ class Executor:
     def _requested_args(self, spec: ToolSpec, args: Any) -> Any:
         # Raw text is recorded as given unless it names redacted values: then it is
         # parsed, and text that does not parse is withheld rather than leak a secret.
+        # Text over the size limit is never parsed nor stored (validation refuses it).
+        if isinstance(args, str | bytes | bytearray | memoryview) and len(args) > MAX_ARGS_BYTES:
+            return f"[withheld: {len(args)} bytes, over the size limit]"
         if isinstance(args, dict) or not spec.redact:
             if isinstance(args, bytes | bytearray | memoryview):
                 return bytes(args).decode("utf-8", "replace")
@@ -588,10 +613,10 @@ class Executor:
             # An edit is an approval of new arguments: validated and checked again, and
             # then the only arguments the tool sees.
             try:
-                edited = run.spec.validate(decision.edits)
+                edited, edited_digest = _validated(run.spec, decision.edits)
             except ToolArgsInvalid as exc:
                 raise _Stop(self._invalid(run, f"edited {exc}"), exc) from None
-            call = msgspec.structs.replace(call, args=edited, digest=digest(edited))
+            call = msgspec.structs.replace(call, args=edited, digest=edited_digest)
             run.call = call
             _current.set(call)
         self._emit(
@@ -708,7 +733,11 @@ class Executor:
             key = spec.effect_key(call.args)
         except Exception as exc:
             error = ToolUsageError(f"effect key of {spec.name} cannot be rendered: {exc}")
-            raise _Stop(self._failed(run, error), error) from None
+            failed = self._failed(run, error)
+            # The call passed the limit check with no counting event since: say so, so
+            # that replay counts it as the live executor did.
+            failed.counted = self.state.inflight[run.key].counted
+            raise _Stop(failed, error) from None
         assert key is not None
         state = self.state.effects.get(key)
         ctx = run.ctx
@@ -821,6 +850,7 @@ class Executor:
     async def _end(self, run: _Run, outcome: Event, value: Any = None) -> None:
         """Record the one outcome (durable before the caller hears), then after_tool hooks."""
         self._emit(run, outcome)
+        run.ended = True
         await self._flush(run)
         if run.reached_body and self._after and run.call is not None:
             kind = outcome.type.rpartition(".")[2]
@@ -831,6 +861,7 @@ class Executor:
         # The task is being cancelled: write the outcome in a shielded task so that a
         # second cancel cannot tear the append in half.
         self._emit(run, outcome)
+        run.ended = True
         events, run.buffer = run.buffer, []
         task = asyncio.ensure_future(self.ledger.append_many(events))
         try:
@@ -859,7 +890,7 @@ class Executor:
             )
         recorded_digest, _tag = recorded
         try:
-            repeat_digest: str | None = digest(spec.validate(args))
+            repeat_digest: str | None = _validated(spec, args)[1]
         except ToolArgsInvalid:
             repeat_digest = None
         if repeat_digest != recorded_digest:
@@ -970,6 +1001,31 @@ class Executor:
             for k, s in self.state.effects.items()
             if s.status == "ambiguous"
         }
+
+
+class _Subscription:
+    """An async iterator over a queue the executor feeds; registered when created."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        executor._subscribers.append(self._queue)
+        executor._observed = True
+
+    def __aiter__(self) -> _Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._executor is None:
+            raise StopAsyncIteration
+        return await self._queue.get()
+
+    async def aclose(self) -> None:
+        """Stop receiving events."""
+        executor, self._executor = self._executor, None  # type: ignore[assignment]
+        if executor is not None:
+            executor._subscribers.remove(self._queue)
+            executor._observed = bool(executor._on_event or executor._subscribers)
 
 
 _default: Executor | None = None

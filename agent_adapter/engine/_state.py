@@ -172,7 +172,9 @@ class Projection:
         if call is None:
             return
         tag = event.type
-        if isinstance(event, CallCached | CallDuplicate | CallAmbiguous):
+        if isinstance(event, CallCached | CallDuplicate | CallAmbiguous) or (
+            isinstance(event, CallCancelled | CallFailed) and event.counted
+        ):
             self.count(event.run_id, call)
         self.outcomes[key] = (call.validated, tag)
         if call.effect_key is not None:

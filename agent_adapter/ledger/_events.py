@@ -228,6 +228,8 @@ class CallFailed(_Outcome, kw_only=True, omit_defaults=True, tag="call.failed"):
 
     error_kind: str = ""
     error: str = ""
+    #: True when the call had passed the run-limit check with no counting event since.
+    counted: bool = False
 
 
 class CallTimedOut(_Outcome, kw_only=True, omit_defaults=True, tag="call.timed_out"):
@@ -240,6 +242,8 @@ class CallCancelled(_Outcome, kw_only=True, omit_defaults=True, tag="call.cancel
     """The calling task was cancelled; ``started`` tells whether the body had begun."""
 
     started: bool = False
+    #: True when the call had passed the run-limit check (it counts against its run).
+    counted: bool = False
 
 
 class CallInvalid(_Outcome, kw_only=True, omit_defaults=True, tag="call.invalid"):

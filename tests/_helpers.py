@@ -1,0 +1,58 @@
+"""Helpers shared by the engine tests: reading a ledger back as comparable values."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+from agent_adapter.ledger import Event
+
+
+async def recorded(ledger: Any, **filters: Any) -> list[Event]:
+    """Every event in ``ledger`` (decoded from stored bytes), chain fields cleared.
+
+    With the chain fields cleared, events compare equal to events built by hand.
+    """
+    out = []
+    async for event in ledger.read(**filters):
+        event.prev = ""
+        event.hash = ""
+        out.append(event)
+    return out
+
+
+async def shape(ledger: Any) -> list[tuple[str, str]]:
+    """The ledger as ``[(type, call_id), ...]``."""
+    return [(e.type, e.call_id) for e in await recorded(ledger)]
+
+
+async def types(ledger: Any, call_id: str | None = None) -> list[str]:
+    """The event types of one call (or all), in ledger order."""
+    events = await recorded(ledger, call_id=call_id) if call_id else await recorded(ledger)
+    return [e.type for e in events]
+
+
+def fields(event: Event) -> dict[str, Any]:
+    """An event's fields as a dict, without the chain fields."""
+    out = msgspec.structs.asdict(event)
+    out.pop("prev")
+    out.pop("hash")
+    return out
+
+
+async def outcomes_per_call(ledger: Any) -> dict[tuple[str, str], int]:
+    """How many outcome events each requested call has (it must be exactly one)."""
+    events = await recorded(ledger)
+    requested = {(e.run_id, e.call_id) for e in events if e.type == "call.requested"}
+    counts = Counter((e.run_id, e.call_id) for e in events if e.is_outcome)
+    return {key: counts.get(key, 0) for key in requested}
+
+
+async def assert_one_outcome_each(ledger: Any) -> None:
+    """Every requested call has exactly one outcome, and no outcome lacks a request."""
+    events = await recorded(ledger)
+    requested = {(e.run_id, e.call_id) for e in events if e.type == "call.requested"}
+    counts = Counter((e.run_id, e.call_id) for e in events if e.is_outcome)
+    assert dict(counts) == dict.fromkeys(requested, 1)
