@@ -1,0 +1,725 @@
+"""``SQLiteLedger``: the durable, embedded store (one file, WAL mode, group commit).
+
+Threads. A writer thread owns the only write connection and drains a queue of pending
+appends: in one ``BEGIN IMMEDIATE`` transaction it reads the last seq and hash from the
+table (another process may have appended since), chains every queued event, inserts
+them and commits, then wakes every waiter with one hop back to the event loop. Appends
+that arrive while a transaction is being written wait in the queue and share the next
+one (group commit); each ``append`` returns only once its own transaction committed.
+A reader thread owns a second, query-only connection for ``read`` and ``verify``, so
+reads never wait behind an fsync. Both are daemon threads with plain ``sqlite3``
+connections: one thread hop per batch (not per statement), and a ledger that is never
+closed cannot keep the interpreter from exiting.
+
+Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
+acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
+event survives a crash of the process, not of the machine.
+
+Files. Opening probes the file read-only first: a non-SQLite file, a corrupt file, an
+SQLite file with other tables, or a ledger written by a newer schema raises
+``LedgerError`` naming the path, and nothing in it is changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import LedgerError
+from ._chain import Record, Verification, chain_hash, make_record, verify_records
+from ._events import Event, decode_event
+
+__all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
+
+#: The schema this version writes; files with a higher version are refused.
+SCHEMA_VERSION = 1
+_FORMAT = "agent-adapter-ledger"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_READ_PAGE = 2048
+
+_SCHEMA = (
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE events ("
+    " seq INTEGER PRIMARY KEY,"
+    " type TEXT NOT NULL,"
+    " run_id TEXT NOT NULL,"
+    " call_id TEXT NOT NULL,"
+    " tool TEXT NOT NULL,"
+    " ts REAL NOT NULL,"
+    " payload BLOB NOT NULL,"
+    " prev TEXT NOT NULL,"
+    " hash TEXT NOT NULL)",
+    "CREATE INDEX events_run_id ON events (run_id)",
+    "CREATE INDEX events_call_id ON events (call_id)",
+)
+_INSERT = (
+    "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_LAST = "SELECT seq, prev, hash, payload FROM events ORDER BY seq DESC LIMIT 1"
+
+# Primary result codes (the low byte of an extended code).
+_BUSY, _LOCKED, _CORRUPT, _FULL, _NOTADB = 5, 6, 11, 13, 26
+_STOP = object()
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return _primary_code(exc) in (_BUSY, _LOCKED)
+
+
+def _translate(path: str, doing: str, exc: sqlite3.Error, wait_s: float) -> LedgerError:
+    """One place where sqlite3's errors become ``LedgerError`` naming the file."""
+    code = _primary_code(exc)
+    if code in (_BUSY, _LOCKED):
+        # Never "database is locked": say who holds what, and for how long we waited.
+        message = (
+            f"ledger {path}: {doing}: another connection held the write lock for more "
+            f"than {wait_s:g} s"
+        )
+    elif code in (_CORRUPT, _NOTADB):
+        message = f"ledger {path} is corrupt ({doing}): {exc}"
+    elif code == _FULL:
+        message = f"ledger {path}: {doing}: the disk is full"
+    else:
+        message = f"ledger {path}: {doing} failed: {exc}"
+    error = LedgerError(message)
+    error.__cause__ = exc
+    return error
+
+
+def _deliver(
+    future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None
+) -> None:
+    """From a worker thread: settle ``future`` on its loop (a closed loop has no waiter)."""
+
+    def settle() -> None:
+        if future.done():
+            return  # the waiter was cancelled; the work itself is done (or failed)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):
+        future.get_loop().call_soon_threadsafe(settle)
+
+
+class _Batch:
+    """One ``append``/``append_many`` call: its events and the future its caller awaits."""
+
+    __slots__ = ("error", "events", "future")
+
+    def __init__(self, events: list[Event], future: asyncio.Future[None]) -> None:
+        self.events = events
+        self.future = future
+        self.error: BaseException | None = None
+
+
+def _settle_batches(batches: list[_Batch]) -> None:
+    for batch in batches:
+        if batch.future.done():
+            continue
+        if batch.error is not None:
+            batch.future.set_exception(batch.error)
+        else:
+            batch.future.set_result(None)
+
+
+def _inspect(conn: sqlite3.Connection, path: str) -> dict[str, str] | None:
+    """The ledger's meta, or None for an empty database; LedgerError for anything else."""
+    tables = {
+        row[0]
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if not row[0].startswith("sqlite_")
+    }
+    if not tables:
+        return None
+    if not {"meta", "events"} <= tables:
+        listed = ", ".join(sorted(tables))
+        raise LedgerError(
+            f"{path} is not an agent-adapter ledger (it has other tables: {listed}); "
+            "it was left unchanged"
+        )
+    meta = {str(k): str(v) for k, v in conn.execute("SELECT name, value FROM meta")}
+    if meta.get("format") != _FORMAT:
+        raise LedgerError(f"{path} is not an agent-adapter ledger; it was left unchanged")
+    try:
+        version = int(meta.get("schema_version", ""))
+    except ValueError:
+        raise LedgerError(
+            f"ledger {path} has an unreadable schema version "
+            f"{meta.get('schema_version')!r}; it was left unchanged"
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"ledger {path} was written by a newer version of agent-adapter (schema "
+            f"{version}; this version reads up to {SCHEMA_VERSION}); it was left unchanged"
+        )
+    return meta
+
+
+def _probe(path: str) -> None:
+    """Read-only checks before anything opens ``path`` for writing."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LedgerError(f"ledger {path} cannot be read: {exc}") from exc
+    if not header:
+        return  # an empty file is an empty database: it becomes a ledger
+    if header != _SQLITE_HEADER:
+        raise LedgerError(
+            f"{path} is not an SQLite database (so not a ledger); it was left unchanged"
+        )
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise _translate(path, "opening read-only", exc, 0) from exc
+    try:
+        _inspect(conn, path)
+    except sqlite3.Error as exc:
+        raise _translate(path, "reading its schema", exc, 0) from exc
+    finally:
+        conn.close()
+
+
+class _Worker:
+    """A daemon thread that owns one sqlite3 connection; the loop talks to it by queue."""
+
+    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._ready: asyncio.Future[None] | None = None
+        self._stopped: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._stopped = loop.create_future()
+        self._thread.start()
+        await self._ready
+
+    async def stop(self) -> None:
+        self.queue.put(_STOP)
+        assert self._stopped is not None
+        await asyncio.shield(self._stopped)
+
+    def _main(self) -> None:
+        assert self._ready is not None and self._stopped is not None
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            _deliver(self._ready, error=exc)
+            _deliver(self._stopped)
+            return
+        _deliver(self._ready)
+        try:
+            self.serve(conn)
+        finally:
+            conn.close()
+            _deliver(self._stopped)
+
+    def serve(self, conn: sqlite3.Connection) -> None:
+        """Run ``fn(conn)`` for each queued ``(fn, future)`` until stopped."""
+        get = self.queue.get
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            fn, future = item
+            try:
+                result = fn(conn)
+            except BaseException as exc:
+                _deliver(future, error=exc)
+            else:
+                _deliver(future, result)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put((fn, future))
+        return await future
+
+
+class _Writer(_Worker):
+    """The group-commit writer: each wake-up drains the queue into one transaction."""
+
+    def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
+        super().__init__(f"agent-adapter ledger writer {ledger.path}", connect)
+        self._path = ledger.path
+        self._key = ledger._key
+        self._wait_s = ledger._busy_timeout_s
+
+    def serve(self, conn: sqlite3.Connection) -> None:
+        get, get_nowait = self.queue.get, self.queue.get_nowait
+        while True:
+            item = get()
+            batches: list[_Batch] = []
+            stop = False
+            while True:
+                if item is _STOP:
+                    stop = True
+                    break
+                batches.extend(item)
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            if batches:
+                self._write(conn, batches)
+                self._wake(batches)
+            if stop:
+                return
+
+    @staticmethod
+    def _wake(batches: list[_Batch]) -> None:
+        # One hop back per loop (normally one loop), not one per waiter.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Batch]] = {}
+        for batch in batches:
+            by_loop.setdefault(batch.future.get_loop(), []).append(batch)
+        for loop, group in by_loop.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_batches, group)
+
+    def _write(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+        deadline = time.monotonic() + self._wait_s
+        pause = 0.001
+        while True:
+            for batch in batches:
+                batch.error = None
+            try:
+                self._transaction(conn, batches)
+                return
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if _is_busy(exc) and time.monotonic() < deadline:
+                    # The busy handler already waited; SQLite skips it in some cases
+                    # (recovery, deadlock avoidance), so wait a little here too.
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+                    continue
+                error: BaseException = _translate(self._path, "appending", exc, self._wait_s)
+            except LedgerError as exc:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                error = exc
+            for batch in batches:
+                batch.error = error
+                _unchain(batch.events)
+            return
+
+    def _transaction(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        # Inside the write lock: another process may have appended since our last commit.
+        last = conn.execute(_LAST).fetchone()
+        if last is None:
+            seq, prev = 0, ""
+        else:
+            seq, prev = last[0], last[2]
+            key = self._key
+            if key is not None and chain_hash(seq, last[1], last[3], key) != prev:
+                raise LedgerError(
+                    f"ledger {self._path}: the key does not match the last record (seq "
+                    f"{seq}); appending with it would break the chain (wrong key, or the "
+                    "record was altered)"
+                )
+        rows: list[tuple[Any, ...]] = []
+        key = self._key
+        for batch in batches:
+            chained: list[tuple[Any, ...]] = []
+            try:
+                at, link = seq, prev
+                for event in batch.events:
+                    at += 1
+                    r: Record = make_record(event, at, link, key)
+                    chained.append(
+                        (
+                            r.seq,
+                            r.type,
+                            r.run_id,
+                            r.call_id,
+                            r.tool,
+                            r.ts,
+                            r.payload,
+                            r.prev,
+                            r.hash,
+                        )
+                    )
+                    link = r.hash
+            except Exception as exc:
+                # Only this caller's events are refused; the others still commit.
+                batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
+                batch.error.__cause__ = exc
+                _unchain(batch.events)
+                continue
+            rows.extend(chained)
+            seq, prev = at, link
+        if rows:
+            conn.executemany(_INSERT, rows)
+        conn.execute("COMMIT")
+
+
+def _unchain(events: list[Event]) -> None:
+    for event in events:
+        event.seq, event.prev, event.hash = 0, "", ""
+
+
+class SQLiteLedger:
+    """A ledger in one SQLite file (WAL mode), shared safely by several processes.
+
+    ``SQLiteLedger(path, *, synchronous="FULL", key=None, busy_timeout_s=30.0)``.
+
+    - ``append``/``append_many`` return once the events are committed; concurrent
+      appends share one transaction (group commit). With ``synchronous="FULL"`` a
+      returned append survives a power cut; with ``"NORMAL"`` only a process crash.
+    - Several processes may append to one file at once: seq stays gap-free and the
+      chain valid, because each transaction takes the last seq and hash under the
+      write lock. A lock held by another process is waited for up to
+      ``busy_timeout_s``, then ``LedgerError``.
+    - ``key`` (bytes) makes every hash an HMAC; the file records that it is keyed
+      (never the key). Without the key such a file can be read, but ``verify()``
+      reports that it cannot check and appends raise ``LedgerError``.
+    - ``open()`` is called on first use; ``close()`` waits for queued appends.
+      Use one ledger object from one event loop.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        key: bytes | None = None,
+        busy_timeout_s: float = 30.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+            raise ValueError("SQLiteLedger needs a file; use MemoryLedger for memory")
+        mode = synchronous.upper()
+        if mode not in ("FULL", "NORMAL"):
+            raise ValueError('synchronous must be "FULL" (power-cut safe) or "NORMAL"')
+        if key is not None and not isinstance(key, bytes | bytearray):
+            raise TypeError("key must be bytes")
+        self.synchronous = mode
+        self._key = bytes(key) if key is not None else None
+        self._busy_timeout_s = float(busy_timeout_s)
+        self._keyed = False
+        self._writer: _Writer | None = None
+        self._reader: _Worker | None = None
+        self._open_lock = asyncio.Lock()
+        self._staged: list[_Batch] = []
+        self._kick_scheduled = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteLedger({self.path!r}, synchronous={self.synchronous!r})"
+
+    @property
+    def keyed(self) -> bool:
+        """True when the file's chain is HMAC-keyed (known once opened)."""
+        return self._keyed
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Check (read-only first) or create the file and start the threads; idempotent.
+
+        Raises ``LedgerError`` naming the file when it is not a ledger, is corrupt, was
+        written by a newer version, or does not fit the key.
+        """
+        if self._writer is not None:
+            return
+        async with self._open_lock:
+            if self._writer is not None:
+                return
+            if self._closed:
+                raise LedgerError(f"ledger {self.path} is closed")
+            writer = _Writer(self, self._connect_writer)
+            await writer.start()
+            reader = _Worker(f"agent-adapter ledger reader {self.path}", self._connect_reader)
+            try:
+                await reader.start()
+            except BaseException:
+                await writer.stop()
+                raise
+            self._writer, self._reader = writer, reader
+
+    async def close(self) -> None:
+        """Commit what is queued, then stop the threads and close the file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        async with self._open_lock:  # an open in progress finishes first
+            writer, reader = self._writer, self._reader
+            self._writer = self._reader = None
+        if writer is not None:
+            staged, self._staged = self._staged, []
+            if staged:
+                writer.queue.put(staged)  # queued before the stop: committed, not dropped
+            await writer.stop()
+        if reader is not None:
+            await reader.stop()
+
+    async def __aenter__(self) -> SQLiteLedger:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise _translate(self.path, "opening", exc, self._busy_timeout_s) from exc
+        return conn
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        # Runs in the writer thread. Nothing writes to the file before the read-only
+        # probe has said it is a ledger this version can extend (or an empty database).
+        _probe(self.path)
+        conn = self._connect()
+        try:
+            deadline = time.monotonic() + self._busy_timeout_s
+            while True:
+                try:
+                    self._initialize(conn)
+                    break
+                except sqlite3.Error as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if _is_busy(exc) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                        continue
+                    raise _translate(self.path, "opening", exc, self._busy_timeout_s) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _initialize(self, conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"ledger {self.path}: WAL mode is not available (got {mode})")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Checked again under the write lock: another process may have created it.
+            meta = _inspect(conn, self.path)
+            if meta is None:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.executemany(
+                    "INSERT INTO meta (name, value) VALUES (?, ?)",
+                    [
+                        ("format", _FORMAT),
+                        ("schema_version", str(SCHEMA_VERSION)),
+                        ("keyed", "1" if self._key is not None else "0"),
+                    ],
+                )
+                self._keyed = self._key is not None
+            else:
+                self._keyed = meta.get("keyed") == "1"
+                if self._key is not None and not self._keyed:
+                    if conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                        raise LedgerError(
+                            f"ledger {self.path} was written without a key; a key cannot "
+                            "be added to an existing chain"
+                        )
+                    conn.execute("UPDATE meta SET value = '1' WHERE name = 'keyed'")
+                    self._keyed = True
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        conn = self._connect()
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    # -- appends ------------------------------------------------------------------------
+
+    async def append(self, event: Event) -> Event:
+        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
+        await self._submit([event])
+        return event
+
+    async def append_many(self, events: Sequence[Event]) -> list[Event]:
+        """Store ``events`` contiguously, in order, in one transaction."""
+        batch = list(events)
+        if batch:
+            await self._submit(batch)
+        return batch
+
+    async def _submit(self, events: list[Event]) -> None:
+        if self._writer is None:
+            await self.open()
+        if self._closed:
+            raise LedgerError(f"ledger {self.path} is closed")
+        if self._keyed and self._key is None:
+            raise LedgerError(
+                f"ledger {self.path} is keyed (HMAC): appending needs its key "
+                "(SQLiteLedger(path, key=...))"
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._staged.append(_Batch(events, future))
+        if not self._kick_scheduled:
+            # Hand everything staged in this loop iteration to the writer at once: all
+            # appenders woken by one commit join the next one together.
+            self._kick_scheduled = True
+            loop.call_soon(self._kick)
+        await future
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        writer = self._writer
+        if writer is None:
+            error = LedgerError(f"ledger {self.path} is closed")
+            for batch in staged:
+                batch.error = error
+            _settle_batches(staged)
+            return
+        writer.queue.put(staged)
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(
+        self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None
+    ) -> AsyncIterator[Event]:
+        """Committed events with seq > ``after``, in seq order, optionally of one run/call.
+
+        Events are read in pages (each page its own snapshot), so events committed by
+        any process while reading are included as the pages reach them.
+        """
+        if self._reader is None:
+            await self.open()
+        reader = self._reader
+        if reader is None:
+            raise LedgerError(f"ledger {self.path} is closed")
+        where = "seq > ?"
+        params: list[Any] = []
+        if run_id is not None:
+            where += " AND run_id = ?"
+            params.append(run_id)
+        if call_id is not None:
+            where += " AND call_id = ?"
+            params.append(call_id)
+        sql = f"SELECT seq, prev, hash, payload FROM events WHERE {where} ORDER BY seq LIMIT ?"
+        path, wait_s = self.path, self._busy_timeout_s
+
+        def fetch(start: int, conn: sqlite3.Connection) -> list[Event]:
+            # Runs in the reader thread: the rows are decoded there, off the event loop.
+            try:
+                rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
+            except sqlite3.Error as exc:
+                raise _translate(path, "reading", exc, wait_s) from exc
+            events = []
+            for seq, prev, hash_, payload in rows:
+                try:
+                    event = decode_event(payload)
+                except Exception as exc:
+                    raise LedgerError(
+                        f"ledger {path}: the payload of seq {seq} cannot be decoded: {exc}"
+                    ) from exc
+                event.seq, event.prev, event.hash = seq, prev, hash_
+                events.append(event)
+            return events
+
+        loop = asyncio.get_running_loop()
+
+        def submit(start: int) -> asyncio.Future[list[Event]]:
+            future: asyncio.Future[list[Event]] = loop.create_future()
+            reader.queue.put((functools.partial(fetch, start), future))
+            return future
+
+        future: asyncio.Future[list[Event]] | None = submit(after)
+        try:
+            while future is not None:
+                events = await future
+                # Fetch the next page while the caller consumes this one.
+                future = submit(events[-1].seq) if len(events) == _READ_PAGE else None
+                for event in events:
+                    yield event
+        finally:
+            if future is not None:
+                # The caller stopped early: retrieve the prefetched page's error, if any.
+                future.add_done_callback(_ignore_result)
+
+    async def verify(self) -> Verification:
+        """Check the whole stored chain (seq continuity, links, hashes of stored bytes)."""
+        if self._reader is None:
+            await self.open()
+        reader = self._reader
+        if reader is None:
+            raise LedgerError(f"ledger {self.path} is closed")
+        if self._keyed and self._key is None:
+            return Verification(
+                ok=False,
+                checked=0,
+                reason=(
+                    f"ledger {self.path} is keyed (HMAC): its chain cannot be checked "
+                    "without the key"
+                ),
+            )
+        key, path = self._key, self.path
+
+        def check(conn: sqlite3.Connection) -> Verification:
+            try:
+                cursor = conn.execute(
+                    "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
+                    " FROM events ORDER BY seq"
+                )
+                records = (
+                    Record(
+                        seq=row[0],
+                        type=row[1],
+                        run_id=row[2],
+                        call_id=row[3],
+                        tool=row[4],
+                        ts=row[5],
+                        payload=row[6],
+                        prev=row[7],
+                        hash=row[8],
+                    )
+                    for row in cursor
+                )
+                return verify_records(records, key)
+            except sqlite3.Error as exc:
+                raise _translate(path, "verifying", exc, self._busy_timeout_s) from exc
+
+        result: Verification = await reader.run(check)
+        return result
+
+
+def _ignore_result(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
