@@ -276,9 +276,7 @@ async def abench(
 
 
 def fmt_ns(ns: float) -> str:
-    """Nanoseconds with thousands separators (``12,345``); microseconds above 10 ms."""
-    if ns >= 10_000_000:
-        return f"{ns / 1000:,.0f} us"
+    """Nanoseconds with thousands separators (``12,345``)."""
     return f"{ns:,.0f}"
 
 

@@ -1,0 +1,275 @@
+"""The executor's cost per call against the OpenAI Agents SDK's own cost per call.
+
+One trivial async tool (five arguments, returns a short string), given to both sides as
+the model's raw JSON text:
+
+- BASE: the SDK's ``FunctionTool.on_invoke_tool`` for the same function decorated with
+  ``@function_tool``, with a fresh ``ToolContext`` per call (as the SDK's run loop does);
+- ours: ``Executor.run_spec`` with a ``MemoryLedger`` (hash chain on), no confirm, no
+  timeout (target <= 0.5x BASE); and with a timeout plus ``confirm=True`` decided by a
+  token in the context, ``ctx.approval = Decision(approved=True, digest=...)`` (target
+  <= 0.75x BASE). Every call has a unique call id (a repeated id is a replay);
+- a full ``Runner.run`` with ``agents.testing.ScriptedModel``: the marginal cost of a
+  tool call, ``(T(N calls) - T(0)) / N`` paired per round, one call per turn and 16 calls
+  in one turn, beside our per-call cost (target: ours <= 2% of it).
+
+Run: ``python benchmarks/bench_executor.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import statistics
+from typing import Any
+
+from _harness import (
+    Result,
+    Variant,
+    abench,
+    fmt_ns,
+    fmt_pct,
+    header,
+    markdown_table,
+    parse_args,
+    results_table,
+    summarize,
+)
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+
+from agent_adapter.engine import CallContext, Decision, Executor, Registry
+from agent_adapter.engine._digest import digest
+from agent_adapter.ledger import MemoryLedger
+
+RAW = (
+    '{"order_id":"ord_0001","customer":"cus_42","amount":99.5,'
+    '"express":false,"note":"refund for a damaged parcel"}'
+)
+KWARGS = {
+    "order_id": "ord_0001",
+    "customer": "cus_42",
+    "amount": 99.5,
+    "express": False,
+    "note": "refund for a damaged parcel",
+}
+
+
+async def lookup_order(
+    order_id: str, customer: str, amount: float, express: bool, note: str
+) -> str:
+    """Look an order up (a trivial tool: the cost measured is the machinery around it)."""
+    return "ok"
+
+
+BASE = "SDK: on_invoke_tool, fresh ToolContext (BASE)"
+FLOOR = "floor: await fn(**kwargs)"
+CORE = "**ours: run_spec, MemoryLedger, no confirm, no timeout**"
+TOKEN = "**ours: run_spec + timeout + approval token in ctx**"
+CORE_DICT = "ours: run_spec, args as a dict"
+TARGETS = {CORE: 0.5, TOKEN: 0.75}
+RUNNER_TARGET = 0.02
+
+_ids = itertools.count(1)
+
+
+class Ours:
+    """Our two configurations, with a fresh executor and ledger per block."""
+
+    def __init__(self) -> None:
+        self.registry = Registry()
+        self.core = self.registry.tool(lookup_order)
+        self.gated = self.registry.tool(
+            lookup_order, name="lookup_order_gated", timeout=30.0, confirm=True
+        )
+        self.digest = digest(self.gated.validate(RAW))
+        self.executor = Executor(self.registry, ledger=MemoryLedger())
+
+    def reset(self, n: int) -> None:
+        self.executor = Executor(self.registry, ledger=MemoryLedger())
+
+    async def core_call(self) -> Any:
+        ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
+        return await self.executor.run_spec(self.core, RAW, ctx)
+
+    async def core_dict_call(self) -> Any:
+        ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
+        return await self.executor.run_spec(self.core, KWARGS, ctx)
+
+    async def token_call(self) -> Any:
+        # What a bridge does with a one-use token it has just taken: a decision bound
+        # to the digest of the arguments it was issued for.
+        ctx = CallContext(
+            run_id="run-bench",
+            call_id=f"c{next(_ids)}",
+            approval=Decision(approved=True, reviewer="bench", digest=self.digest),
+        )
+        return await self.executor.run_spec(self.gated, RAW, ctx)
+
+    async def check(self) -> None:
+        assert await self.core_call() == "ok"
+        assert await self.token_call() == "ok"
+        types = [r.type for r in self.executor.ledger.records]  # type: ignore[attr-defined]
+        assert types.count("call.succeeded") == 2 and "approval.granted" in types, types
+        assert (await self.executor.ledger.verify()).ok
+
+
+def sdk_invoke() -> Any:
+    tool = function_tool(lookup_order)
+
+    async def invoke() -> Any:
+        ctx = ToolContext(
+            context=None,
+            tool_name=tool.name,
+            tool_call_id=f"call_{next(_ids)}",
+            tool_arguments=RAW,
+        )
+        return await tool.on_invoke_tool(ctx, RAW)
+
+    return invoke
+
+
+class RunnerRuns:
+    """``Runner.run`` with N tool calls (sequential turns or one parallel turn), model per block."""
+
+    def __init__(self, calls: int, parallel: bool) -> None:
+        self.calls = calls
+        self.parallel = parallel
+        self.tool = function_tool(lookup_order)
+        self.config = RunConfig(tracing_disabled=True)
+        self.agent: Agent[Any] | None = None
+        self.setup(1)
+
+    def _steps(self) -> list[Any]:
+        def call() -> Any:
+            return function_call("lookup_order", RAW, call_id=f"call_{next(_ids)}")
+
+        if self.calls == 0:
+            turns: list[Any] = []
+        elif self.parallel:
+            turns = [[call() for _ in range(self.calls)]]
+        else:
+            turns = [[call()] for _ in range(self.calls)]
+        return [*turns, [assistant_message("done")]]
+
+    def setup(self, n: int) -> None:
+        # One scripted model serves the n runs of a block (built outside the timer).
+        steps: list[Any] = []
+        for _ in range(n):
+            steps.extend(self._steps())
+        model = ScriptedModel(steps)
+        self.agent = Agent(name="bench", model=model, tools=[self.tool])
+
+    async def run(self) -> Any:
+        assert self.agent is not None
+        result = await Runner.run(
+            self.agent, "go", run_config=self.config, max_turns=self.calls + 2
+        )
+        return result.final_output
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.2f}%"
+
+
+async def main() -> None:
+    args = parse_args(__doc__ or "")
+    logging.getLogger("openai.agents").setLevel(logging.ERROR)
+    print(header())
+
+    ours = Ours()
+    await ours.check()
+    fn_floor = lookup_order
+    per_call = [
+        Variant(BASE, sdk_invoke()),
+        Variant(FLOOR, lambda: fn_floor(**KWARGS)),
+        Variant(CORE, ours.core_call, setup=ours.reset),
+        Variant(TOKEN, ours.token_call, setup=ours.reset),
+        Variant(CORE_DICT, ours.core_dict_call, setup=ours.reset),
+    ]
+    res = await abench(per_call, baseline=BASE, rounds=args.rounds, block_ms=args.block_ms)
+    print(
+        results_table(
+            res,
+            title=f"Executor: per-call cost vs the SDK's on_invoke_tool ({args.rounds} rounds)",
+            target=TARGETS,
+        )
+    )
+    floor = res[FLOOR].samples
+    rows = []
+    for name in (CORE, TOKEN, CORE_DICT):
+        over = [o - f for o, f in zip(res[name].samples, floor, strict=True)]
+        med, spread = summarize(over)
+        rows.append([name, fmt_ns(med), fmt_pct(spread)])
+    print("Overhead = ours - floor (the tool body awaited directly), paired per round:\n")
+    print(markdown_table(["variant", "overhead ns/call", "spread"], rows))
+    print()
+
+    # -- Runner.run: the marginal cost of one tool call in a full SDK run ----------------
+    runner_rounds = 3 if args.quick else 7
+    runner_block = args.block_ms * 2 if args.quick else 150.0
+    r0 = RunnerRuns(0, parallel=False)
+    r1 = RunnerRuns(1, parallel=False)
+    r16 = RunnerRuns(16, parallel=True)
+    for runs in (r0, r1, r16):
+        assert await runs.run() == "done"
+    t0, t1, t16 = "Runner.run, 0 tool calls", "Runner.run, 1 call", "Runner.run, 16 calls in 1 turn"
+    runner = await abench(
+        [
+            Variant(t0, r0.run, setup=r0.setup),
+            Variant(t1, r1.run, setup=r1.setup),
+            Variant(t16, r16.run, setup=r16.setup),
+            Variant(CORE, ours.core_call, setup=ours.reset),
+            Variant(TOKEN, ours.token_call, setup=ours.reset),
+        ],
+        baseline=t0,
+        rounds=runner_rounds,
+        block_ms=runner_block,
+    )
+    seq = [b - a for a, b in zip(runner[t0].samples, runner[t1].samples, strict=True)]
+    par = [(b - a) / 16 for a, b in zip(runner[t0].samples, runner[t16].samples, strict=True)]
+    print(
+        f"## Executor vs a full Runner.run turn (ScriptedModel, tracing off, "
+        f"{runner_rounds} rounds)\n"
+    )
+    rows = []
+    for name in (t0, t1, t16):
+        r = runner[name]
+        rows.append([name + " (whole run)", fmt_ns(r.median_ns), fmt_pct(r.spread), ""])
+    for label, marginal in (
+        ("marginal per call, 1 call per turn: T(1) - T(0)", seq),
+        ("marginal per call, 16 calls in one turn: (T(16) - T(0)) / 16", par),
+    ):
+        med, spread = summarize(marginal)
+        rows.append([label, fmt_ns(med), fmt_pct(spread), ""])
+    for name in (CORE, TOKEN):
+        r: Result = runner[name]
+        rows.append([name, fmt_ns(r.median_ns), fmt_pct(r.spread), ""])
+    print(markdown_table(["measured", "median ns", "spread", ""], rows))
+    print()
+    rows = []
+    for name in (CORE, TOKEN):
+        ours_s = runner[name].samples
+        for label, marginal in (("1 call per turn", seq), ("16 calls per turn", par)):
+            share = statistics.median(o / m for o, m in zip(ours_s, marginal, strict=True))
+            rows.append(
+                [
+                    name,
+                    label,
+                    _pct(share),
+                    f"<= {RUNNER_TARGET * 100:g}%",
+                    "yes" if share <= RUNNER_TARGET else "**no**",
+                ]
+            )
+    print("Our whole per-call cost as a share of the SDK's marginal cost per tool call:\n")
+    print(markdown_table(["ours", "Runner.run marginal", "share", "target", "met"], rows))
+    print(
+        "\n'ours' is the whole run_spec cost (tool body included), an upper bound on what "
+        "the bridge adds to each call."
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
