@@ -1,0 +1,390 @@
+"""SQLiteLedger on a real file: schema, refusing foreign files, tampering, keys, locks."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agent_adapter.errors import LedgerError
+from agent_adapter.ledger import (
+    CallRequested,
+    Event,
+    Problem,
+    SQLiteLedger,
+    Verification,
+    replay,
+)
+from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION
+
+KEY = b"k" * 32
+
+
+def requested(call_id: str, run_id: str = "r1") -> CallRequested:
+    """A ``call.requested`` event."""
+    return CallRequested(ts=1.0, run_id=run_id, call_id=call_id, tool="t", args={"n": call_id})
+
+
+async def fill(path: Path, n: int, **kwargs: object) -> list[Event]:
+    """Append ``n`` events to a new ledger at ``path`` and close it."""
+    async with SQLiteLedger(path, **kwargs) as ledger:  # type: ignore[arg-type]
+        return await ledger.append_many([requested(f"c{i}") for i in range(n)])
+
+
+async def read_all(ledger: SQLiteLedger, **kwargs: object) -> list[Event]:
+    """Every event ``read(**kwargs)`` yields."""
+    return [event async for event in ledger.read(**kwargs)]  # type: ignore[arg-type]
+
+
+def file_bytes(path: Path) -> bytes:
+    """The file's bytes (a plain function: blocking reads stay out of coroutines)."""
+    return path.read_bytes()
+
+
+def query(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one statement with the plain sqlite3 module (autocommit) and return its rows."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+# -- schema ---------------------------------------------------------------------------
+
+
+async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
+    """A new file gets the events table, its run_id/call_id indexes and a versioned meta."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    columns = [row[1] for row in query(path, "PRAGMA table_info(events)")]
+    assert columns == ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
+    indexes = {
+        row[0]: row[1]
+        for row in query(
+            path, "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        )
+    }
+    assert indexes == {
+        "events_run_id": "CREATE INDEX events_run_id ON events (run_id)",
+        "events_call_id": "CREATE INDEX events_call_id ON events (call_id)",
+    }
+    meta = dict(query(path, "SELECT name, value FROM meta"))
+    assert meta == {
+        "format": "agent-adapter-ledger",
+        "schema_version": str(SCHEMA_VERSION),
+        "keyed": "0",
+    }
+    assert query(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+async def test_columns_mirror_the_event_and_payload_is_the_encoding(tmp_path: Path) -> None:
+    """Each row's columns are the event's ids, type, ts and chain fields."""
+    path = tmp_path / "l.db"
+    [event] = await fill(path, 1)
+    rows = query(path, "SELECT seq, type, run_id, call_id, tool, ts, prev, hash FROM events")
+    assert rows == [(1, "call.requested", "r1", "c0", "t", 1.0, "", event.hash)]
+
+
+async def test_reopen_continues_the_chain(tmp_path: Path) -> None:
+    """A reopened file keeps its events, and new appends continue seq and chain."""
+    path = tmp_path / "l.db"
+    first = await fill(path, 3)
+    async with SQLiteLedger(path) as ledger:
+        more = await ledger.append(requested("c3"))
+        assert (more.seq, more.prev) == (4, first[-1].hash)
+        assert await read_all(ledger) == [*first, more]
+        assert await ledger.verify() == Verification(ok=True, checked=4)
+
+
+async def test_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
+    """A zero-byte file is an empty database, so it becomes a ledger."""
+    path = tmp_path / "l.db"
+    path.write_bytes(b"")
+    await fill(path, 2)
+    assert query(path, "SELECT count(*) FROM events") == [(2,)]
+
+
+async def test_normal_synchronous_is_an_explicit_choice(tmp_path: Path) -> None:
+    """synchronous defaults to FULL, NORMAL is accepted, anything else is refused."""
+    assert SQLiteLedger(tmp_path / "a.db").synchronous == "FULL"
+    path = tmp_path / "n.db"
+    events = await fill(path, 2, synchronous="NORMAL")
+    async with SQLiteLedger(path) as ledger:
+        assert await read_all(ledger) == events
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteLedger(tmp_path / "x.db", synchronous="OFF")
+
+
+async def test_reads_span_pages(tmp_path: Path) -> None:
+    """Reads longer than one page come back complete and in order, filters included."""
+    path = tmp_path / "l.db"
+    n = _READ_PAGE * 2 + 7
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many(
+            [requested(f"c{i}", run_id=f"r{i % 2}") for i in range(n)]
+        )
+        assert await read_all(ledger) == events
+        assert await read_all(ledger, run_id="r1") == events[1::2]
+        assert await read_all(ledger, after=n - 3) == events[-3:]
+
+
+async def test_stopping_a_read_early_leaves_the_ledger_usable(tmp_path: Path) -> None:
+    """Breaking out of a multi-page read does not disturb later reads or appends."""
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many([requested(f"c{i}") for i in range(_READ_PAGE + 5)])
+        reader = ledger.read()
+        first = [await anext(reader) for _ in range(3)]
+        await reader.aclose()
+        assert first == events[:3]
+        late = await ledger.append(requested("late"))
+        assert await read_all(ledger, after=_READ_PAGE + 5) == [late]
+
+
+async def test_close_commits_what_is_queued(tmp_path: Path) -> None:
+    """Appends waiting for their commit when close() starts are committed, not dropped."""
+    path = tmp_path / "l.db"
+    ledger = SQLiteLedger(path)
+    await ledger.open()
+    results = await asyncio.gather(
+        *(ledger.append(requested(f"c{i}")) for i in range(20)), ledger.close()
+    )
+    assert sorted(e.seq for e in results[:20]) == list(range(1, 21))
+    assert query(path, "SELECT count(*) FROM events") == [(20,)]
+
+
+async def test_append_after_close_is_refused(tmp_path: Path) -> None:
+    """A closed ledger refuses appends with LedgerError naming the file."""
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    await ledger.append(requested("c0"))
+    await ledger.close()
+    with pytest.raises(LedgerError, match=r"l\.db is closed"):
+        await ledger.append(requested("c1"))
+
+
+def test_memory_paths_are_refused() -> None:
+    """':memory:' is not a file: MemoryLedger is the store for that."""
+    with pytest.raises(ValueError, match="MemoryLedger"):
+        SQLiteLedger(":memory:")
+
+
+# -- foreign, newer and corrupt files -------------------------------------------------
+
+
+async def assert_refused(path: Path, match: str) -> None:
+    """Opening ``path`` raises LedgerError naming it, and leaves its bytes unchanged."""
+    before = file_bytes(path)
+    ledger = SQLiteLedger(path)
+    with pytest.raises(LedgerError, match=match) as caught:
+        await ledger.open()
+    assert str(path) in str(caught.value)
+    with pytest.raises(LedgerError, match=match):
+        await ledger.append(requested("c0"))  # lazily opened: refused the same way
+    await ledger.close()
+    assert file_bytes(path) == before
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A ledger written by a newer schema version is refused and left as it was."""
+    path = tmp_path / "l.db"
+    await fill(path, 2)
+    query(path, "UPDATE meta SET value = ? WHERE name = 'schema_version'", SCHEMA_VERSION + 1)
+    query(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    await assert_refused(path, f"newer version .*schema {SCHEMA_VERSION + 1}")
+
+
+async def test_sqlite_file_with_other_tables_is_refused(tmp_path: Path) -> None:
+    """An SQLite database that is not a ledger is refused; no table is added to it."""
+    path = tmp_path / "app.db"
+    query(path, "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    await assert_refused(path, "not an agent-adapter ledger .*users")
+    assert query(path, "SELECT name FROM sqlite_master") == [("users",)]
+
+
+async def test_non_sqlite_file_is_refused(tmp_path: Path) -> None:
+    """A file that is not SQLite at all is refused and left unchanged."""
+    path = tmp_path / "notes.txt"
+    path.write_text("these are my notes, not a ledger\n" * 20)
+    await assert_refused(path, "not an SQLite database")
+
+
+async def test_corrupt_file_is_refused(tmp_path: Path) -> None:
+    """A file with an SQLite header and garbage after it is refused as corrupt."""
+    path = tmp_path / "l.db"
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    await assert_refused(path, "corrupt")
+
+
+async def test_undecodable_payload_names_its_seq(tmp_path: Path) -> None:
+    """A payload that is no longer an event makes read() raise LedgerError naming the seq."""
+    path = tmp_path / "l.db"
+    await fill(path, 3)
+    query(path, "UPDATE events SET payload = ? WHERE seq = 2", b"\xff not json")
+    async with SQLiteLedger(path) as ledger:
+        with pytest.raises(LedgerError, match="seq 2 cannot be decoded"):
+            await read_all(ledger)
+
+
+# -- tampering ------------------------------------------------------------------------
+
+
+async def test_changed_payload_byte_is_named(tmp_path: Path) -> None:
+    """Changing one byte of a stored payload makes verify() name that seq."""
+    path = tmp_path / "l.db"
+    await fill(path, 5)
+    [(payload,)] = query(path, "SELECT payload FROM events WHERE seq = 3")
+    assert isinstance(payload, bytes)
+    tampered = payload.replace(b'"c2"', b'"c9"', 1)
+    assert len(tampered) == len(payload) and tampered != payload
+    query(path, "UPDATE events SET payload = ? WHERE seq = 3", tampered)
+    async with SQLiteLedger(path) as ledger:
+        verification = await ledger.verify()
+        assert verification == Verification(
+            ok=False,
+            checked=2,
+            first_bad_seq=3,
+            reason="seq 3 does not match its hash (altered)",
+        )
+        audit = replay([e async for e in ledger.read()], verification)
+        # The chain problem comes first (the calls have no outcomes: "incomplete").
+        assert audit.problems()[0] == Problem(
+            kind="broken-chain", message=verification.reason, seq=3
+        )
+
+
+async def test_deleted_row_is_named(tmp_path: Path) -> None:
+    """Deleting a stored row makes verify() name the missing seq."""
+    path = tmp_path / "l.db"
+    await fill(path, 5)
+    query(path, "DELETE FROM events WHERE seq = 4")
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False, checked=3, first_bad_seq=4, reason="seq 4 is missing (found 5)"
+        )
+
+
+async def test_rechained_rows_without_the_key_are_caught(tmp_path: Path) -> None:
+    """With a key, someone who edits a payload and recomputes plain hashes is caught."""
+    from agent_adapter.ledger import chain_hash
+
+    path = tmp_path / "l.db"
+    await fill(path, 2, key=KEY)
+    rows = query(path, "SELECT seq, payload FROM events ORDER BY seq")
+    prev = ""
+    for seq, payload in rows:
+        assert isinstance(seq, int) and isinstance(payload, bytes)
+        digest = chain_hash(seq, prev, payload.replace(b"c", b"x"))
+        query(
+            path,
+            "UPDATE events SET payload = ?, prev = ?, hash = ? WHERE seq = ?",
+            payload.replace(b"c", b"x"),
+            prev,
+            digest,
+            seq,
+        )
+        prev = digest
+    async with SQLiteLedger(path, key=KEY) as ledger:
+        result = await ledger.verify()
+    assert (result.ok, result.first_bad_seq) == (False, 1)
+
+
+# -- keys -----------------------------------------------------------------------------
+
+
+async def test_keyed_file_records_that_it_is_keyed_never_the_key(tmp_path: Path) -> None:
+    """A keyed ledger says so in meta and the key's bytes appear nowhere in the file."""
+    path = tmp_path / "l.db"
+    await fill(path, 3, key=KEY)
+    assert dict(query(path, "SELECT name, value FROM meta"))["keyed"] == "1"
+    query(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    assert KEY not in file_bytes(path)
+
+
+async def test_keyed_file_without_the_key(tmp_path: Path) -> None:
+    """Without the key: reads work, verify() says it cannot check, appends are refused."""
+    path = tmp_path / "l.db"
+    events = await fill(path, 3, key=KEY)
+    async with SQLiteLedger(path) as ledger:
+        assert ledger.keyed
+        assert await read_all(ledger) == events
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=0,
+            reason=f"ledger {path} is keyed (HMAC): its chain cannot be checked without the key",
+        )
+        with pytest.raises(LedgerError, match=r"keyed .*needs its key"):
+            await ledger.append(requested("c3"))
+    assert query(path, "SELECT count(*) FROM events") == [(3,)]
+
+
+async def test_wrong_key_cannot_append(tmp_path: Path) -> None:
+    """A wrong key is caught against the last record: the append fails, the chain stays."""
+    path = tmp_path / "l.db"
+    await fill(path, 3, key=KEY)
+    async with SQLiteLedger(path, key=b"not the key") as ledger:
+        with pytest.raises(LedgerError, match=r"key does not match the last record .*seq 3"):
+            await ledger.append(requested("c3"))
+        result = await ledger.verify()
+        assert (result.ok, result.first_bad_seq) == (False, 1)
+    async with SQLiteLedger(path, key=KEY) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=3)
+
+
+async def test_key_cannot_be_added_to_an_unkeyed_chain(tmp_path: Path) -> None:
+    """Opening an unkeyed ledger that has events with a key is refused."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    ledger = SQLiteLedger(path, key=KEY)
+    with pytest.raises(LedgerError, match="written without a key"):
+        await ledger.open()
+    await ledger.close()
+    assert dict(query(path, "SELECT name, value FROM meta"))["keyed"] == "0"
+
+
+# -- locks ----------------------------------------------------------------------------
+
+
+async def test_append_waits_for_another_writer(tmp_path: Path) -> None:
+    """An append waits while another connection holds the write lock, then commits."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        async with SQLiteLedger(path) as ledger:
+            other.execute("BEGIN IMMEDIATE")
+            task = asyncio.ensure_future(ledger.append(requested("c1")))
+            done, _ = await asyncio.wait({task}, timeout=0.2)
+            assert done == set()  # it cannot commit while the lock is held
+            other.execute("COMMIT")
+            event = await asyncio.wait_for(task, timeout=30)
+            assert event.seq == 2
+    finally:
+        other.close()
+
+
+async def test_lock_held_too_long_is_a_clear_error(tmp_path: Path) -> None:
+    """Past its bounded wait an append raises LedgerError naming the file, never 'locked'."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        async with SQLiteLedger(path, busy_timeout_s=0.05) as ledger:
+            await ledger.verify()  # opened before the lock is taken
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(LedgerError) as caught:
+                await ledger.append(requested("c1"))
+            message = str(caught.value)
+            assert message == (
+                f"ledger {path}: appending: another connection held the write lock for "
+                "more than 0.05 s"
+            )
+            assert "database is locked" not in message
+            other.execute("COMMIT")
+            event = await ledger.append(requested("c2"))
+            assert event.seq == 2
+            assert await ledger.verify() == Verification(ok=True, checked=2)
+    finally:
+        other.close()
