@@ -1,0 +1,194 @@
+"""Crash tests: real child processes killed with SIGKILL, then the ledger file reopened."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import _ledger_worker as worker
+import pytest
+from _child import Child
+
+from agent_adapter import Executor
+from agent_adapter.errors import AmbiguousEffect, DuplicateEffect
+from agent_adapter.ledger import (
+    CallAmbiguous,
+    CallDuplicate,
+    EffectResolved,
+    MemoryLedger,
+    Problem,
+    SQLiteLedger,
+    Verification,
+    replay,
+)
+
+
+@pytest.fixture(autouse=True)
+def bodies() -> Iterator[list[tuple[str, str]]]:
+    """The tool bodies that ran in this (the parent) process during the test."""
+    worker.BODIES.clear()
+    yield worker.BODIES
+    worker.BODIES.clear()
+
+
+async def test_acknowledged_appends_survive_sigkill(tmp_path: Path) -> None:
+    """Every append that returned before the kill is in the reopened file; the chain verifies."""
+    path = tmp_path / "l.db"
+    child = await Child.start("append-stream", str(path), "8")
+    try:
+        for _ in range(400):
+            await child.expect("acked ")
+        await child.kill()
+        lines = child.lines + await child.rest()
+    finally:
+        await child.close()
+    acked = sorted(
+        (int(seq), call_id, digest)
+        for _, seq, call_id, digest in (line.split() for line in lines if line.startswith("acked "))
+    )
+    assert len(acked) >= 400
+    async with SQLiteLedger(path) as ledger:
+        stored = [event async for event in ledger.read()]
+        assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+        by_seq = {e.seq: (e.seq, e.call_id, e.hash) for e in stored}
+        assert [by_seq.get(seq) for seq, _, _ in acked] == acked
+        assert await ledger.verify() == Verification(ok=True, checked=len(stored))
+        # The file takes appends again, continuing the chain.
+        more = await ledger.append(stored[0].__copy__())
+        assert (more.seq, more.prev) == (len(stored) + 1, stored[-1].hash)
+
+
+async def kill_during_effect(path: Path) -> None:
+    """Run the effect tool in a child and SIGKILL it while the body runs."""
+    child = await Child.start("effect-body", str(path))
+    try:
+        await child.expect("body-started")
+        await child.kill()
+    finally:
+        await child.close()
+
+
+async def test_kill_during_effect_body_leaves_an_ambiguous_call(
+    tmp_path: Path, bodies: list[tuple[str, str]]
+) -> None:
+    """A body killed mid-run is reported ambiguous, and its key refuses to run again."""
+    path = tmp_path / "l.db"
+    await kill_during_effect(path)
+    async with SQLiteLedger(path) as ledger:
+        events = [event async for event in ledger.read()]
+        verification = await ledger.verify()
+    # Write-ahead: everything that authorized the body was durable before it ran.
+    assert [e.type for e in events] == [
+        "call.requested",
+        "call.validated",
+        "effect.claimed",
+        "call.started",
+    ]
+    assert replay(events, verification).problems() == [
+        Problem(
+            kind="ambiguous",
+            message="call c1 (charge) started and has no outcome: its effect may or may not "
+            "have happened",
+            run_id="r1",
+            call_id="c1",
+            seq=1,
+        )
+    ]
+    async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+        assert executor.ambiguous_effects() == {"charge:A1": ("r1", "c1")}
+        with pytest.raises(AmbiguousEffect) as caught:
+            await executor.call("charge", {"order_id": "A1"}, run_id="r2", call_id="c2")
+        assert caught.value.key == "charge:A1"
+        # The killed call's own ids do not run again either.
+        with pytest.raises(AmbiguousEffect):
+            await executor.call("charge", {"order_id": "A1"}, run_id="r1", call_id="c1")
+        [refused] = [e async for e in executor.ledger.read(call_id="c2")][-1:]
+        assert isinstance(refused, CallAmbiguous)
+        assert refused.key == "charge:A1"
+    assert bodies == []
+
+
+@pytest.mark.parametrize("outcome", ["failed", "committed"])
+async def test_resolving_an_ambiguous_effect(
+    tmp_path: Path, bodies: list[tuple[str, str]], outcome: str
+) -> None:
+    """resolve_effect is recorded; "failed" frees the key, "committed" makes it a duplicate."""
+    path = tmp_path / "l.db"
+    await kill_during_effect(path)
+    async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+        await executor.resolve_effect(
+            "charge:A1", outcome=outcome, reviewer="ops", reason="checked the PSP"
+        )
+        [resolved] = [e async for e in executor.ledger.read(after=4)]
+        assert resolved == EffectResolved(
+            seq=5,
+            ts=resolved.ts,
+            run_id="r1",
+            call_id="c1",
+            key="charge:A1",
+            outcome=outcome,
+            reviewer="ops",
+            reason="checked the PSP",
+            prev=resolved.prev,
+            hash=resolved.hash,
+        )
+    # The resolution is in the file: a new executor (a restart) sees it too.
+    async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+        assert executor.ambiguous_effects() == {}
+        if outcome == "failed":
+            value = await executor.call("charge", {"order_id": "A1"}, run_id="r3", call_id="c3")
+            assert value == "charged-A1"
+            assert bodies == [("charge", "A1")]
+        else:
+            with pytest.raises(DuplicateEffect) as caught:
+                await executor.call("charge", {"order_id": "A1"}, run_id="r3", call_id="c3")
+            assert (caught.value.key, caught.value.call_id) == ("charge:A1", "c1")
+            [refused] = [e async for e in executor.ledger.read(call_id="c3")][-1:]
+            assert isinstance(refused, CallDuplicate)
+            assert bodies == []
+
+
+async def test_restart_mid_run_continues_as_before(
+    tmp_path: Path, bodies: list[tuple[str, str]]
+) -> None:
+    """Killed mid-run and reopened, limits, cache and effects go on exactly as without the kill.
+
+    The restarted ledger, chain included, equals that of the same run done in one process.
+    """
+    path = tmp_path / "l.db"
+    child = await Child.start("phase-a", str(path))
+    try:
+        line = await child.expect("phase-a ")
+        await child.kill()
+    finally:
+        await child.close()
+    results_a = ast.literal_eval(line.removeprefix("phase-a "))
+
+    clock = worker.SteppedClock()
+    executor = await Executor.open(
+        worker.build_registry(), ledger=SQLiteLedger(path), limits=worker.LIMITS, clock=clock
+    )
+    async with executor:
+        results_b = await worker.run_steps(executor, clock, worker.PHASE_B)
+        restarted = [event async for event in executor.ledger.read()]
+    assert bodies == [("lookup", "x")]  # only the expired cache entry ran again
+    assert [kind for kind, _ in results_b] == [
+        "value",  # c1 repeated: the recorded value
+        "value",  # c3: cache hit
+        "duplicate-effect",  # c4: charge:A1 was committed by c2 before the kill
+        "run-limit-exceeded",  # c5: the fifth call of r1 (max_calls=4)
+        "value",  # c6 in r2, 70 s later: the cache entry expired by event time
+    ]
+
+    bodies.clear()
+    clock = worker.SteppedClock()
+    reference = Executor(
+        worker.build_registry(), ledger=MemoryLedger(), limits=worker.LIMITS, clock=clock
+    )
+    async with reference:
+        expected_a = await worker.run_steps(reference, clock, worker.PHASE_A)
+        expected_b = await worker.run_steps(reference, clock, worker.PHASE_B)
+        uninterrupted = [event async for event in reference.ledger.read()]
+    assert (results_a, results_b) == (expected_a, expected_b)
+    assert restarted == uninterrupted
