@@ -154,8 +154,10 @@ def event_details(event: Event, *, limit: int = 60) -> str:
 
 
 def event_json(event: Event) -> str:
-    """One event as a JSON line: its tag, every field, and the chain fields."""
-    return msgspec.json.encode(event).decode()
+    """One event as a JSON line: its tag, every field, and always seq, prev and hash."""
+    data = msgspec.to_builtins(event)
+    head = {"type": event.type, "seq": event.seq, "prev": event.prev, "hash": event.hash}
+    return msgspec.json.encode({**head, **data}).decode()
 
 
 def _clock_text(ts: float) -> str:
@@ -645,7 +647,7 @@ async def _executor(args: argparse.Namespace, *, write: bool) -> AsyncIterator[A
     from .engine import Executor
 
     async with open_ledger(args, write=write) as ledger:
-        executor = Executor(ledger=ledger)
+        executor = Executor(ledger=ledger, hooks=log_hooks(args.logging))
         await executor.start()
         yield executor
 

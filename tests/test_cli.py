@@ -1,0 +1,970 @@
+"""The ``agent-adapter`` command against real ledger files: every command, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import queue
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
+from agent_adapter.cli import Style, main, parse_edits
+from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolTimeout
+from agent_adapter.ledger import (
+    CallRequested,
+    CallStarted,
+    Event,
+    SQLiteLedger,
+    decode_event,
+)
+
+TIMEOUT_S = 60.0
+KEY = b"s3cret-key"
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Any:
+    """main() configures structlog for its process; undo it after each in-process test."""
+    yield
+    structlog.reset_defaults()
+
+
+def registry() -> Registry:
+    """lookup (cached read), refund (approval, effect key), ship (times out: ambiguous)."""
+    reg = Registry()
+
+    @reg.tool(cache=60)
+    async def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id}"
+
+    @reg.tool(confirm=True, effect="refund:{order_id}")
+    async def refund(order_id: str, amount_cents: int) -> str:
+        """Refund an order."""
+        return f"refunded {amount_cents} on {order_id}"
+
+    @reg.tool(effect="ship:{order_id}", timeout=0.05)
+    async def ship(order_id: str) -> str:
+        """Ship an order (never finishes in time)."""
+        await asyncio.sleep(30)
+        return "shipped"
+
+    return reg
+
+
+async def build(path: Path, clock: Any, key: bytes | None = None) -> str:
+    """Write a ledger with five calls; returns the id of its open deferred request."""
+    reg = registry()
+    approval = CallbackApproval(
+        lambda r: Decision(
+            approved=r.args["amount_cents"] < 1000, reviewer="alice", reason="policy"
+        )
+    )
+    ledger = SQLiteLedger(path, key=key)
+    async with await Executor.open(reg, ledger=ledger, approval=approval, clock=clock) as ex:
+        await ex.call("lookup", {"order_id": "A1"}, run_id="r1", call_id="c1")
+        await ex.call("refund", {"order_id": "A1", "amount_cents": 500}, run_id="r1", call_id="c2")
+        with pytest.raises(ApprovalDenied):
+            await ex.call(
+                "refund", {"order_id": "B2", "amount_cents": 5000}, run_id="r1", call_id="c3"
+            )
+        with pytest.raises(ToolTimeout):
+            await ex.call("ship", {"order_id": "A1"}, run_id="r1", call_id="c4")
+    ledger = SQLiteLedger(path, key=key)
+    deferred = DeferredApproval(ledger, clock=clock)
+    async with await Executor.open(reg, ledger=ledger, approval=deferred, clock=clock) as ex:
+        with pytest.raises(ApprovalPending) as pending:
+            await ex.call(
+                "refund", {"order_id": "C3", "amount_cents": 700}, run_id="r2", call_id="c5"
+            )
+    return pending.value.request_id
+
+
+async def read_events(path: Path, key: bytes | None = None) -> list[Event]:
+    """Every event of the ledger file."""
+    ledger = SQLiteLedger(path, key=key)
+    try:
+        return [e async for e in ledger.read()]
+    finally:
+        await ledger.close()
+
+
+class Built:
+    """A ledger file written by ``build``, with its events and its open request id."""
+
+    def __init__(self, path: Path, request_id: str, events: list[Event]) -> None:
+        self.path = path
+        self.db = str(path)
+        self.request_id = request_id
+        self.events = events
+
+
+@pytest.fixture
+def built(tmp_path: Path, clock: Any) -> Built:
+    """A real ledger file (see ``build``)."""
+    path = tmp_path / "ledger.db"
+    request_id = asyncio.run(build(path, clock))
+    return Built(path, request_id, asyncio.run(read_events(path)))
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """main(argv) in this process, without colour; (status, stdout, stderr)."""
+    code = main(["--no-color", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def cli(*argv: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``agent-adapter ARGV`` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_adapter.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def columns(line: str) -> list[str]:
+    """A table row split on runs of two or more spaces."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def tamper(path: Path, seq: int) -> None:
+    """Change one stored payload behind the ledger's back (as an attacker would)."""
+    conn = sqlite3.connect(path)
+    with conn:
+        (payload,) = conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()
+        altered = bytes(payload).replace(b'"amount_cents":500', b'"amount_cents":900')
+        assert altered != payload
+        conn.execute("UPDATE events SET payload = ? WHERE seq = ?", (altered, seq))
+    conn.close()
+
+
+EXPECTED_TYPES = [
+    ("call.requested", "c1"),
+    ("call.validated", "c1"),
+    ("call.started", "c1"),
+    ("call.succeeded", "c1"),
+    ("call.requested", "c2"),
+    ("call.validated", "c2"),
+    ("approval.requested", "c2"),
+    ("approval.granted", "c2"),
+    ("effect.claimed", "c2"),
+    ("call.started", "c2"),
+    ("call.succeeded", "c2"),
+    ("call.requested", "c3"),
+    ("call.validated", "c3"),
+    ("approval.requested", "c3"),
+    ("approval.denied", "c3"),
+    ("call.denied", "c3"),
+    ("call.requested", "c4"),
+    ("call.validated", "c4"),
+    ("effect.claimed", "c4"),
+    ("call.started", "c4"),
+    ("call.timed_out", "c4"),
+    ("call.requested", "c5"),
+    ("call.validated", "c5"),
+    ("approval.requested", "c5"),
+    ("approval.pending", "c5"),
+    ("call.pending", "c5"),
+]
+
+
+def test_fixture_ledger_has_the_expected_events(built: Built) -> None:
+    """The ledger every test reads holds exactly these events (so the tests below mean something)."""
+    assert [(e.type, e.call_id) for e in built.events] == EXPECTED_TYPES
+
+
+# -- ledger show / export / tail -------------------------------------------------------
+
+
+def test_show_prints_every_event_as_a_table(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger show` prints a header and one row per event: seq, time, type, run, call, tool."""
+    code, out, err = run_main(capsys, "ledger", "show", "--db", built.db)
+    assert (code, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert columns(header) == ["seq", "time (UTC)", "type", "run", "call", "tool", "details"]
+    assert [columns(r)[:6] for r in rows] == [
+        [str(e.seq), "1970-01-01 00:16:40.000", e.type, e.run_id, e.call_id, e.tool]
+        for e in built.events
+    ]
+
+
+def test_show_row_details_name_the_fields(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """A row's details are the event's own fields, digests shortened to 12 characters."""
+    code, out, _ = run_main(capsys, "ledger", "show", "--db", built.db, "--call", "c3")
+    assert code == 0
+    denied = next(line for line in out.splitlines() if " call.denied " in line)
+    assert columns(denied)[6] == "reviewer=alice reason=policy"
+    validated = next(line for line in out.splitlines() if " call.validated " in line)
+    assert columns(validated)[6] == f"digest={built.events[12].digest[:12]}"
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (["--run", "r2"], [i for i, (_, c) in enumerate(EXPECTED_TYPES) if c == "c5"]),
+        (["--call", "c2"], [i for i, (_, c) in enumerate(EXPECTED_TYPES) if c == "c2"]),
+        (["--tool", "ship"], [i for i, (_, c) in enumerate(EXPECTED_TYPES) if c == "c4"]),
+        (
+            ["--type", "approval.*"],
+            [i for i, (t, _) in enumerate(EXPECTED_TYPES) if t.startswith("approval.")],
+        ),
+        (
+            ["--type", "call.denied", "--type", "call.timed_out"],
+            [
+                i
+                for i, (t, _) in enumerate(EXPECTED_TYPES)
+                if t in ("call.denied", "call.timed_out")
+            ],
+        ),
+        (["--run", "r1", "--tool", "refund", "--type", "call.succeeded"], [10]),
+        (["--run", "nope"], []),
+    ],
+)
+def test_show_filters_as_json_lines(
+    built: Built, capsys: pytest.CaptureFixture[str], filters: list[str], expected: list[int]
+) -> None:
+    """`ledger show --json` with --run/--call/--tool/--type prints exactly the matching events."""
+    code, out, err = run_main(capsys, "ledger", "show", "--db", built.db, "--json", *filters)
+    assert (code, err) == (0, "")
+    assert [decode_event(line) for line in out.splitlines()] == [built.events[i] for i in expected]
+
+
+def test_export_is_every_event_as_json_lines(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger export` writes every event with its tag, seq, prev and hash, one per line."""
+    code, out, err = run_main(capsys, "ledger", "export", "--db", built.db)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert [decode_event(line) for line in lines] == built.events
+    first = json.loads(lines[0])
+    assert (first["type"], first["seq"], first["prev"], first["hash"]) == (
+        "call.requested",
+        1,
+        "",
+        built.events[0].hash,
+    )
+
+
+def test_tail_without_follow_prints_the_last_events(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger tail -n 2 --no-follow` prints the last two events and exits."""
+    code, out, err = run_main(
+        capsys, "ledger", "tail", "--db", built.db, "-n", "2", "--no-follow", "--json"
+    )
+    assert (code, err) == (0, "")
+    assert [decode_event(line) for line in out.splitlines()] == built.events[-2:]
+
+
+def test_tail_follows_a_ledger_another_process_writes(built: Built, clock: Any) -> None:
+    """`ledger tail` prints events appended after it started, then stops cleanly on ^C."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_adapter.cli",
+            "ledger",
+            "tail",
+            "--db",
+            built.db,
+            "-n",
+            "1",
+            "--interval",
+            "0.05",
+            "--type",
+            "call.s*",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        first = lines.get(timeout=TIMEOUT_S)
+        assert first.split()[:6] == [
+            "20",
+            "1970-01-01",
+            "00:16:40.000",
+            "call.started",
+            "r1/c4",
+            "ship",
+        ]
+
+        async def more() -> None:
+            ledger = SQLiteLedger(built.path)
+            async with await Executor.open(registry(), ledger=ledger, clock=clock) as ex:
+                await ex.call("lookup", {"order_id": "Z9"}, run_id="r3", call_id="c6")
+
+        asyncio.run(more())
+        # --type call.s* lets only call.started and call.succeeded of the new call through
+        seen = [lines.get(timeout=TIMEOUT_S).split()[:6] for _ in range(2)]
+        assert seen == [
+            ["29", "1970-01-01", "00:16:40.000", "call.started", "r3/c6", "lookup"],
+            ["30", "1970-01-01", "00:16:40.000", "call.succeeded", "r3/c6", "lookup"],
+        ]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT_S) == 130
+        assert proc.stderr is not None
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT_S)
+        reader.join(timeout=TIMEOUT_S)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+# -- verify / audit --------------------------------------------------------------------
+
+
+def test_verify_intact_chain_exits_zero(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger verify` on an untouched ledger says it is intact and exits 0."""
+    assert run_main(capsys, "ledger", "verify", "--db", built.db) == (
+        0,
+        f"chain: intact ({len(built.events)} events verified)\n",
+        "",
+    )
+
+
+def test_verify_tampered_chain_names_the_first_bad_seq(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger verify` on an altered record exits 1 and names its seq."""
+    tamper(built.path, 5)
+    assert run_main(capsys, "ledger", "verify", "--db", built.db) == (
+        1,
+        "chain: broken at seq 5: seq 5 does not match its hash (altered)\n",
+        "",
+    )
+
+
+def test_verify_deleted_record_names_the_gap(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger verify` after a record was deleted exits 1 and names the missing seq."""
+    conn = sqlite3.connect(built.path)
+    with conn:
+        conn.execute("DELETE FROM events WHERE seq = 15")
+    conn.close()
+    assert run_main(capsys, "ledger", "verify", "--db", built.db) == (
+        1,
+        "chain: broken at seq 15: seq 15 is missing (found 16)\n",
+        "",
+    )
+
+
+def test_verify_keyed_chain_needs_its_key(
+    tmp_path: Path, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A keyed ledger: no key cannot check (exit 1), --key-file checks it, a wrong key fails."""
+    path = tmp_path / "keyed.db"
+    asyncio.run(build(path, clock, key=KEY))
+    (tmp_path / "key").write_bytes(KEY + b"\n")
+    (tmp_path / "wrong").write_bytes(b"other\n")
+    code, out, err = run_main(capsys, "ledger", "verify", "--db", str(path))
+    assert (code, out, err) == (
+        1,
+        f"chain: cannot be checked: ledger {path} is keyed (HMAC): its chain cannot be "
+        "checked without the key\n",
+        "",
+    )
+    key_file = str(tmp_path / "key")
+    assert run_main(capsys, "ledger", "verify", "--db", str(path), "--key-file", key_file) == (
+        0,
+        "chain: intact (26 events verified)\n",
+        "",
+    )
+    wrong = str(tmp_path / "wrong")
+    assert run_main(capsys, "ledger", "verify", "--db", str(path), "--key-file", wrong) == (
+        1,
+        "chain: broken at seq 1: seq 1 does not match its hash (altered)\n",
+        "",
+    )
+
+
+def test_audit_prints_each_call_and_exits_zero_without_problems(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger audit`: one row per call with digest, approver and outcome; chain intact."""
+    code, out, err = run_main(capsys, "ledger", "audit", "--db", built.db)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    digests = {e.call_id: e.digest[:12] for e in built.events if e.type == "call.validated"}
+    assert lines[0] == "calls: 5, events: 26"
+    assert columns(lines[1]) == ["run", "call", "tool", "args digest", "approval", "outcome"]
+    assert [columns(line) for line in lines[2:7]] == [
+        ["r1", "c1", "lookup", digests["c1"], "-", "call.succeeded"],
+        ["r1", "c2", "refund", digests["c2"], "approved by alice via port", "call.succeeded"],
+        ["r1", "c3", "refund", digests["c3"], "denied by alice via port", "call.denied"],
+        ["r1", "c4", "ship", digests["c4"], "-", "call.timed_out"],
+        ["r2", "c5", "refund", digests["c5"], "requested, no decision", "call.pending"],
+    ]
+    assert lines[7:] == ["chain: intact (26 events verified)", "problems: none"]
+
+
+def test_audit_json_report(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger audit --json` is one JSON object with calls, chain and problems."""
+    code, out, _ = run_main(capsys, "ledger", "audit", "--db", built.db, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert [(c["call_id"], c["outcome"]) for c in report["calls"]] == [
+        ("c1", "call.succeeded"),
+        ("c2", "call.succeeded"),
+        ("c3", "call.denied"),
+        ("c4", "call.timed_out"),
+        ("c5", "call.pending"),
+    ]
+    assert report["chain"] == {"ok": True, "checked": 26, "first_bad_seq": None, "reason": ""}
+    assert report["problems"] == []
+
+
+def test_audit_tampered_ledger_fails_naming_the_seq(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ledger audit` on an altered ledger exits 1 with a broken-chain problem at that seq."""
+    tamper(built.path, 5)
+    code, out, err = run_main(capsys, "ledger", "audit", "--db", built.db)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[-3:] == [
+        "chain: broken at seq 5: seq 5 does not match its hash (altered)",
+        "problems: 1",
+        "  broken-chain (seq 5): seq 5 does not match its hash (altered)",
+    ]
+
+
+def test_audit_reports_a_call_that_started_and_never_finished(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crash between call.started and its outcome is an ambiguous problem: exit 1."""
+
+    async def crash() -> None:
+        ledger = SQLiteLedger(built.path)
+        try:
+            await ledger.append_many(
+                [
+                    CallRequested(ts=2000.0, run_id="r9", call_id="c9", tool="ship", args={}),
+                    CallStarted(ts=2000.0, run_id="r9", call_id="c9", tool="ship", digest="d"),
+                ]
+            )
+        finally:
+            await ledger.close()
+
+    asyncio.run(crash())
+    code, out, _ = run_main(capsys, "ledger", "audit", "--db", built.db)
+    assert code == 1
+    assert out.splitlines()[-2:] == [
+        "problems: 1",
+        "  ambiguous (seq 27): call c9 (ship) started and has no outcome: its effect may or "
+        "may not have happened",
+    ]
+
+
+# -- approvals -------------------------------------------------------------------------
+
+
+def test_approvals_list_shows_the_open_request(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`approvals list` prints the open request: id, time, run, call, tool, arguments."""
+    code, out, err = run_main(capsys, "approvals", "list", "--db", built.db)
+    assert (code, err) == (0, "")
+    header, row = out.splitlines()
+    assert columns(header) == ["request", "asked (UTC)", "run", "call", "tool", "arguments"]
+    assert columns(row) == [
+        built.request_id,
+        "1970-01-01 00:16:40.000",
+        "r2",
+        "c5",
+        "refund",
+        '{"order_id":"C3","amount_cents":700}',
+    ]
+    code, out, _ = run_main(capsys, "approvals", "list", "--db", built.db, "--json")
+    listed = json.loads(out)
+    assert (listed["request_id"], listed["tool"], listed["args"]) == (
+        built.request_id,
+        "refund",
+        {"order_id": "C3", "amount_cents": 700},
+    )
+
+
+def test_approvals_show_a_pending_request(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """`approvals show ID` prints the request and its status."""
+    code, out, _ = run_main(capsys, "approvals", "show", built.request_id, "--db", built.db)
+    assert code == 0
+    assert [re.split(r"\s+", line, maxsplit=1) for line in out.splitlines()[:6]] == [
+        ["request", built.request_id],
+        ["status", "pending"],
+        ["asked", "(UTC) 1970-01-01 00:16:40.000"],
+        ["run", "r2"],
+        ["call", "c5"],
+        ["tool", "refund"],
+    ]
+
+
+def test_approvals_approve_records_the_answer_once(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`approvals approve` records approval.answered; a second answer is refused (exit 1)."""
+    code, out, err = run_main(
+        capsys,
+        "approvals",
+        "approve",
+        built.request_id,
+        "--db",
+        built.db,
+        "--reviewer",
+        "alice",
+        "--reason",
+        "ok",
+    )
+    assert (code, out, err) == (
+        0,
+        f"approved request {built.request_id} (refund, run r2) as alice\n",
+        "",
+    )
+    answered = asyncio.run(read_events(built.path))[-1]
+    assert (
+        answered.type,
+        answered.request_id,
+        answered.approved,
+        answered.reviewer,
+        answered.reason,
+        answered.edits,
+    ) == ("approval.answered", built.request_id, True, "alice", "ok", None)
+    assert run_main(capsys, "approvals", "list", "--db", built.db) == (
+        0,
+        "no pending approval requests\n",
+        "",
+    )
+    code, out, err = run_main(
+        capsys, "approvals", "deny", built.request_id, "--db", built.db, "--reviewer", "bob"
+    )
+    assert (code, out, err) == (
+        1,
+        "",
+        f"agent-adapter: error: approval request {built.request_id!r} is already answered\n",
+    )
+
+
+def test_approvals_deny_and_edit(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """`approvals deny` records a refusal with its reason."""
+    code, _, err = run_main(
+        capsys,
+        "approvals",
+        "deny",
+        built.request_id,
+        "--db",
+        built.db,
+        "--reviewer",
+        "bob",
+        "--reason",
+        "too much",
+    )
+    assert (code, err) == (0, "")
+    answered = asyncio.run(read_events(built.path))[-1]
+    assert (answered.approved, answered.reviewer, answered.reason) == (False, "bob", "too much")
+
+
+def test_approvals_approve_with_edits_replaces_the_arguments(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--edit key=value` (JSON values, else text) records the full edited arguments."""
+    code, out, err = run_main(
+        capsys,
+        "approvals",
+        "approve",
+        built.request_id,
+        "--db",
+        built.db,
+        "--reviewer",
+        "alice",
+        "--edit",
+        "amount_cents=300",
+    )
+    assert (code, err) == (0, "")
+    assert out == (
+        f"approved request {built.request_id} (refund, run r2) as alice with arguments "
+        '{"order_id":"C3","amount_cents":300}\n'
+    )
+    answered = asyncio.run(read_events(built.path))[-1]
+    assert answered.edits == {"order_id": "C3", "amount_cents": 300}
+
+
+def test_parse_edits_reads_json_values_and_falls_back_to_text() -> None:
+    """`key=value`: JSON numbers, booleans and quoted strings parse; anything else is text."""
+    assert parse_edits(["a=1", "b=true", 'c="7"', "d=A1", "e=", "f=x=y"]) == {
+        "a": 1,
+        "b": True,
+        "c": "7",
+        "d": "A1",
+        "e": "",
+        "f": "x=y",
+    }
+
+
+# -- effects ---------------------------------------------------------------------------
+
+
+def test_effects_list_shows_the_ambiguous_key(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`effects list` shows the key of the timed-out call; --all also the committed one."""
+    code, out, err = run_main(capsys, "effects", "list", "--db", built.db)
+    assert (code, err) == (0, "")
+    assert [columns(line) for line in out.splitlines()] == [
+        ["key", "status", "run", "call"],
+        ["ship:A1", "ambiguous", "r1", "c4"],
+    ]
+    code, out, _ = run_main(capsys, "effects", "list", "--db", built.db, "--all", "--json")
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"key": "refund:A1", "status": "committed", "run_id": "r1", "call_id": "c2"},
+        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"},
+    ]
+
+
+@pytest.mark.parametrize("how", ["--failed", "--committed"])
+def test_effects_resolve_records_the_decision(
+    built: Built, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """`effects resolve KEY --failed|--committed` records effect.resolved; the key is settled."""
+    code, out, err = run_main(
+        capsys,
+        "effects",
+        "resolve",
+        "ship:A1",
+        how,
+        "--db",
+        built.db,
+        "--reviewer",
+        "ops",
+        "--reason",
+        "checked the carrier",
+    )
+    assert (code, err) == (0, "")
+    meaning = {
+        "--failed": "failed (key is free)",
+        "--committed": "committed (later calls are refused)",
+    }[how]
+    assert out == f"resolved effect ship:A1 as {meaning} by ops\n"
+    resolved = asyncio.run(read_events(built.path))[-1]
+    assert (resolved.type, resolved.key, resolved.outcome, resolved.reviewer, resolved.reason) == (
+        "effect.resolved",
+        "ship:A1",
+        how[2:],
+        "ops",
+        "checked the carrier",
+    )
+    assert run_main(capsys, "effects", "list", "--db", built.db) == (
+        0,
+        "no ambiguous effects\n",
+        "",
+    )
+    code, out, err = run_main(
+        capsys, "effects", "resolve", "ship:A1", how, "--db", built.db, "--reviewer", "ops"
+    )
+    status = "unknown" if how == "--failed" else "committed"
+    assert (code, out, err) == (
+        1,
+        "",
+        f"agent-adapter: error: effect ship:A1 is {status}, not ambiguous; nothing to resolve\n",
+    )
+
+
+# -- logging and colour ----------------------------------------------------------------
+
+
+def test_log_format_json_logs_the_events_to_stderr(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--log-format json wires the structlog hook: each appended event is a JSON log line."""
+    code, out, err = run_main(
+        capsys,
+        "--log-format",
+        "json",
+        "effects",
+        "resolve",
+        "ship:A1",
+        "--failed",
+        "--db",
+        built.db,
+        "--reviewer",
+        "ops",
+    )
+    assert code == 0
+    (line,) = err.splitlines()
+    logged = json.loads(line)
+    assert (logged["event"], logged["key"], logged["outcome"], logged["level"]) == (
+        "effect.resolved",
+        "ship:A1",
+        "failed",
+        "info",
+    )
+
+
+def test_logging_is_off_by_default(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --log-format the same command logs nothing."""
+    code, _, err = run_main(
+        capsys, "effects", "resolve", "ship:A1", "--failed", "--db", built.db, "--reviewer", "o"
+    )
+    assert (code, err) == (0, "")
+
+
+class _Tty:
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Colour is on for a TTY, off with NO_COLOR, off for a pipe, off with --no-color."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert Style.for_stream(_Tty()).enabled is True  # type: ignore[arg-type]
+    assert Style.for_stream(_Tty(), force_off=True).enabled is False  # type: ignore[arg-type]
+    assert Style.for_stream(io.StringIO()).enabled is False
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert Style.for_stream(_Tty()).enabled is False  # type: ignore[arg-type]
+    assert Style(True).paint("x", "red") == "\x1b[31mx\x1b[0m"
+    assert Style(False).paint("x", "red") == "x"
+
+
+# -- bad input: one line on stderr, non-zero exit, no traceback, no change -------------
+
+READING = [
+    ["ledger", "show"],
+    ["ledger", "tail", "--no-follow"],
+    ["ledger", "verify"],
+    ["ledger", "audit"],
+    ["ledger", "export"],
+    ["approvals", "list"],
+    ["approvals", "show", "nope"],
+    ["effects", "list"],
+]
+WRITING = [
+    ["approvals", "approve", "nope", "--reviewer", "x"],
+    ["approvals", "deny", "nope", "--reviewer", "x"],
+    ["effects", "resolve", "ship:A1", "--failed", "--reviewer", "x"],
+]
+ALL = READING + WRITING
+
+
+def ids(commands: list[list[str]]) -> list[str]:
+    """Test ids: the command words."""
+    return [" ".join(c[:2]) for c in commands]
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit 1, nothing on stdout, exactly ``agent-adapter: error: MESSAGE`` on stderr."""
+    assert "Traceback" not in done.stderr
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "",
+        f"agent-adapter: error: {message}\n",
+    )
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file in ``directory`` and its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("command", ALL, ids=ids(ALL))
+def test_missing_file_is_an_error_and_is_not_created(tmp_path: Path, command: list[str]) -> None:
+    """A missing --db file: one line, exit 1, and no file appears."""
+    db = tmp_path / "missing.db"
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, f"{db}: no such file")
+    assert list(tmp_path.iterdir()) == []
+
+
+BAD_FILES = {
+    "text": (b"hello, not a ledger\n", "{db} is not a ledger (not an SQLite database)"),
+    "empty": (b"", "{db} is empty, not a ledger"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+@pytest.mark.parametrize("command", ALL, ids=ids(ALL))
+def test_file_that_is_not_a_ledger_is_refused_unchanged(
+    tmp_path: Path, command: list[str], kind: str
+) -> None:
+    """A text or empty file: one line naming it, exit 1, the file unchanged."""
+    content, message = BAD_FILES[kind]
+    db = tmp_path / "notes.db"
+    db.write_bytes(content)
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, message.format(db=db))
+    assert snapshot(tmp_path) == {"notes.db": content}
+
+
+@pytest.mark.parametrize("command", ALL, ids=ids(ALL))
+def test_sqlite_file_of_another_program_is_refused_unchanged(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """An SQLite database with other tables: one line naming it, exit 1, unchanged."""
+    db = tmp_path / "other.db"
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("CREATE TABLE people (name TEXT)")
+        conn.execute("INSERT INTO people VALUES ('ada')")
+    conn.close()
+    before = snapshot(tmp_path)
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(
+        done,
+        f"{db} is not an agent-adapter ledger (it has other tables: people); it was left unchanged",
+    )
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", [READING[0], WRITING[0]], ids=ids([READING[0], WRITING[0]]))
+def test_ledger_of_a_newer_version_is_refused_unchanged(built: Built, command: list[str]) -> None:
+    """A ledger written by a newer schema: one line naming the file, exit 1, unchanged."""
+    conn = sqlite3.connect(built.path)
+    with conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE name = 'schema_version'")
+    conn.close()
+    before = built.path.read_bytes()
+    done = cli(*command, "--db", built.db)
+    assert_one_line_error(
+        done,
+        f"ledger {built.db} was written by a newer version of agent-adapter (schema 99; this "
+        "version reads up to 1); it was left unchanged",
+    )
+    # The ledger file itself; SQLiteLedger's read-only probe leaves empty -wal/-shm
+    # files beside a refused WAL-mode file (reported to the ledger's owner).
+    assert built.path.read_bytes() == before
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    """A directory given as --db: one line, exit 1."""
+    assert_one_line_error(
+        cli("ledger", "show", "--db", str(tmp_path)),
+        f"{tmp_path} is a directory, not a ledger file",
+    )
+
+
+@pytest.mark.parametrize("command", WRITING, ids=ids(WRITING))
+def test_read_only_file_refuses_writing_commands_unchanged(
+    built: Built, command: list[str]
+) -> None:
+    """A read-only ledger: approve/deny/resolve print one line and exit 1; nothing changes."""
+    request = [built.request_id if word == "nope" else word for word in command]
+    before = snapshot(built.path.parent)
+    built.path.chmod(0o444)
+    try:
+        done = cli(*request, "--db", built.db)
+    finally:
+        built.path.chmod(0o644)
+    assert_one_line_error(
+        done, f"{built.db} is read-only; this command records a decision and needs to write"
+    )
+    assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize("command", READING[:6], ids=ids(READING[:6]))
+def test_read_only_file_can_still_be_read(built: Built, command: list[str]) -> None:
+    """A read-only ledger: the reading commands work and leave it unchanged."""
+    before = snapshot(built.path.parent)
+    built.path.chmod(0o444)
+    try:
+        done = cli(*command, "--db", built.db)
+    finally:
+        built.path.chmod(0o644)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize(
+    "command", [READING[0], WRITING[0], WRITING[2]], ids=ids([READING[0], WRITING[0], WRITING[2]])
+)
+def test_locked_file_is_one_clear_line(built: Built, command: list[str]) -> None:
+    """A ledger another process holds locked: one line saying so, exit 1, unchanged."""
+    before = snapshot(built.path.parent)
+    holder = sqlite3.connect(built.path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        done = cli("--lock-timeout", "0.2", *command, "--db", built.db)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert_one_line_error(
+        done,
+        f"ledger {built.db}: opening: another connection held the write lock for more than 0.2 s",
+    )
+    assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["approvals", "show", "nope"], "no approval request 'nope' in this ledger"),
+        (
+            ["approvals", "approve", "nope", "--reviewer", "x"],
+            "no approval request 'nope' in this ledger",
+        ),
+        (
+            ["approvals", "deny", "nope", "--reviewer", "x"],
+            "no approval request 'nope' in this ledger",
+        ),
+        (
+            ["effects", "resolve", "nope", "--failed", "--reviewer", "x"],
+            "effect nope is unknown, not ambiguous; nothing to resolve",
+        ),
+        (
+            ["ledger", "verify", "--key-file", "/nonexistent/key"],
+            "key file /nonexistent/key: no such file",
+        ),
+    ],
+    ids=["show", "approve", "deny", "resolve", "key-file"],
+)
+def test_unknown_id_is_one_clear_line_and_no_change(
+    built: Built, command: list[str], message: str
+) -> None:
+    """An unknown request id, effect key or key file: one line, exit 1, the ledger unchanged."""
+    before = snapshot(built.path.parent)
+    assert_one_line_error(cli(*command, "--db", built.db), message)
+    assert snapshot(built.path.parent) == before
+
+
+def test_bad_edit_is_one_clear_line_and_no_change(built: Built) -> None:
+    """`--edit` without '=': one line, exit 1, nothing recorded."""
+    before = snapshot(built.path.parent)
+    done = cli("approvals", "approve", built.request_id, "--db", built.db, "--edit", "oops")
+    assert_one_line_error(done, "--edit 'oops': expected key=value")
+    assert snapshot(built.path.parent) == before
+
+
+def test_usage_error_exits_two_without_traceback() -> None:
+    """An unknown subcommand is a usage error: exit 2, argparse's message, no traceback."""
+    done = cli("ledger", "frobnicate", "--db", "x.db")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith("agent-adapter ledger: error: argument ACTION")
