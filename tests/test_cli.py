@@ -184,7 +184,7 @@ EXPECTED_TYPES = [
 
 
 def test_fixture_ledger_has_the_expected_events(built: Built) -> None:
-    """The ledger every test reads holds exactly these events (so the tests below mean something)."""
+    """The ledger every test below reads holds exactly these events."""
     assert [(e.type, e.call_id) for e in built.events] == EXPECTED_TYPES
 
 
@@ -706,7 +706,7 @@ def test_log_format_json_logs_the_events_to_stderr(
     built: Built, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--log-format json wires the structlog hook: each appended event is a JSON log line."""
-    code, out, err = run_main(
+    code, _, err = run_main(
         capsys,
         "--log-format",
         "json",
