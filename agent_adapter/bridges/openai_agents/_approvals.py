@@ -171,6 +171,7 @@ def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
     scope = _scope_of(state)
     issued = 0
     fallback = 0
+    limit = INTEGRATION.max_tokens_per_resolve
     for entry in items:
         decision = entry.decision
         if decision is None:
@@ -183,11 +184,13 @@ def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
         state.approve(entry.item)
         if entry.export is None:
             continue
-        integration: OpenAIAgentsIntegration = entry.export.integration or INTEGRATION
-        if scope is None or issued >= integration.max_tokens_per_resolve:
+        integration: OpenAIAgentsIntegration = entry.export.integration
+        limit = integration.max_tokens_per_resolve
+        if scope is None or issued >= limit:
             fallback += 1
             continue
         binding = (scope, entry.call_id, entry.export.spec.name)
+        # A full table drops its oldest tokens: those calls fall back to the executor's port.
         fallback += integration.tokens.issue(binding, entry.digest, decision)
         issued += 1
     if fallback:
@@ -196,5 +199,5 @@ def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
             "resolve, or dropped from a full token table); the executor's own approval "
             "port decides them",
             fallback,
-            INTEGRATION.max_tokens_per_resolve,
+            limit,
         )
