@@ -897,4 +897,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the imported module's main, not this __main__ copy: the demo imports
+    # agent_adapter.cli, and its CliError must be the class main() catches.
+    from agent_adapter.cli import main as _main
+
+    raise SystemExit(_main())

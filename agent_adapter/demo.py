@@ -119,10 +119,14 @@ class _Narrator:
         self._style = style
         self._args: dict[tuple[str, str], Any] = {}
 
+    def before_tool(self, call: Any) -> None:
+        # Runs again after an approved edit: the outcome line shows what actually ran.
+        self._args[(call.ctx.run_id, call.ctx.call_id)] = call.args
+
     def on_event(self, event: Event) -> None:
         key = (event.run_id, event.call_id)
         style = self._style
-        if event.type == "call.requested":
+        if event.type == "call.requested" and key not in self._args:
             args = getattr(event, "args", None)
             if isinstance(args, str):  # the SDK passes the model's JSON text
                 try:
@@ -287,7 +291,8 @@ async def run(args: argparse.Namespace, out: IO[str], *, stdin: IO[str] | None =
         committed = executor.state.effects.get(f"refund:{ORDER_ID}")
         if committed is None or committed.status != "committed":
             print(
-                "  no refund was made, so there is nothing a retry could duplicate; skipped",
+                "  the refund was denied: the SDK rejected the call before it reached the tool,\n"
+                "  so no refund was made and there is nothing a retry could duplicate; skipped",
                 file=out,
             )
         else:

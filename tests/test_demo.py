@@ -1,0 +1,271 @@
+"""``agent-adapter demo`` run to completion without a terminal, checking the ledger it wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+pytest.importorskip("agents")
+
+from agent_adapter import demo
+from agent_adapter.cli import Style, build_parser, main
+from agent_adapter.ledger import Event, SQLiteLedger
+
+TIMEOUT_S = 120.0
+
+TURN_1_LOOKUP = [
+    ("call.requested", "call_lookup_1"),
+    ("call.validated", "call_lookup_1"),
+    ("call.started", "call_lookup_1"),
+    ("call.succeeded", "call_lookup_1"),
+]
+APPROVED = [
+    *TURN_1_LOOKUP,
+    ("call.requested", "call_refund_1"),
+    ("call.validated", "call_refund_1"),
+    ("approval.requested", "call_refund_1"),
+    ("approval.granted", "call_refund_1"),
+    ("effect.claimed", "call_refund_1"),
+    ("call.started", "call_refund_1"),
+    ("call.succeeded", "call_refund_1"),
+    ("call.requested", "call_lookup_2"),
+    ("call.validated", "call_lookup_2"),
+    ("call.cached", "call_lookup_2"),
+    ("call.requested", "call_refund_2"),
+    ("call.validated", "call_refund_2"),
+    ("approval.requested", "call_refund_2"),
+    ("approval.granted", "call_refund_2"),
+    ("call.duplicate", "call_refund_2"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Any:
+    """main() configures structlog for its process; undo it after each test."""
+    yield
+    structlog.reset_defaults()
+
+
+def events(path: Path) -> list[Event]:
+    """Every event of the ledger file."""
+
+    async def read() -> list[Event]:
+        ledger = SQLiteLedger(path)
+        try:
+            return [e async for e in ledger.read()]
+        finally:
+            await ledger.close()
+
+    return asyncio.run(read())
+
+
+def run_demo(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``agent-adapter --no-color demo ARGV`` in this process; (status, stdout, stderr)."""
+    code = main(["--no-color", "demo", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_demo_approve_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--approve: the refund runs once, the retry is refused as a duplicate, the audit is clean."""
+    db = tmp_path / "demo.db"
+    code, out, err = run_demo(capsys, "--db", str(db), "--approve", "--reviewer", "alice")
+    assert (code, err) == (0, "")
+    recorded = events(db)
+    assert [(e.type, e.call_id) for e in recorded] == APPROVED
+    granted = [(e.reviewer, e.source, e.edited) for e in recorded if e.type == "approval.granted"]
+    assert granted == [("alice", "context", False), ("auto-policy", "context", False)]
+    (duplicate,) = [e for e in recorded if e.type == "call.duplicate"]
+    assert (duplicate.key, duplicate.by_call_id, duplicate.same_args) == (
+        "refund:A1001",
+        "call_refund_1",
+        True,
+    )
+    (refunded,) = [e for e in recorded if e.type == "call.succeeded" and e.tool == "refund"]
+    assert refunded.result == "refunded 4250 cents on order A1001"
+    lines = out.splitlines()
+    assert f"ledger: {db.resolve()}" in lines
+    assert (
+        "host: refused: DuplicateEffect: effect refund:A1001 was already committed by call "
+        "call_refund_1 (run demo-run) with the same arguments"
+    ) in lines
+    assert "refunds the payment API received: 1" in lines
+    assert lines[-4:-2] == ["chain: intact (19 events verified)", "problems: none"]
+
+
+def test_demo_audit_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The printed audit has one row per call: digest, approver and source, outcome."""
+    db = tmp_path / "demo.db"
+    code, out, _ = run_demo(capsys, "--db", str(db), "--approve", "--reviewer", "alice")
+    assert code == 0
+    digests = {e.call_id: e.digest[:12] for e in events(db) if e.type == "call.validated"}
+    lines = out.splitlines()
+    start = lines.index("calls: 4, events: 19")
+    rows = [[c for c in line.strip().split("  ") if c] for line in lines[start + 2 : start + 6]]
+    assert [[c.strip() for c in row] for row in rows] == [
+        ["demo-run", "call_lookup_1", "lookup_order", digests["call_lookup_1"], "-",
+         "call.succeeded"],
+        ["demo-run", "call_refund_1", "refund", digests["call_refund_1"],
+         "approved by alice via context", "call.succeeded"],
+        ["demo-run", "call_lookup_2", "lookup_order", digests["call_lookup_2"], "-",
+         "call.cached"],
+        ["demo-run", "call_refund_2", "refund", digests["call_refund_2"],
+         "approved by auto-policy via context", "call.duplicate"],
+    ]  # fmt: skip
+
+
+def test_demo_deny_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--deny: the refund never runs, no retry is attempted, the ledger holds only the lookup."""
+    db = tmp_path / "demo.db"
+    code, out, err = run_demo(capsys, "--db", str(db), "--deny", "--reviewer", "bob")
+    assert (code, err) == (0, "")
+    assert [(e.type, e.call_id) for e in events(db)] == TURN_1_LOOKUP
+    lines = out.splitlines()
+    assert "  --deny: denied as bob" in lines
+    assert "agent: I could not refund order A1001: refund was not approved: --deny." in lines
+    assert "refunds the payment API received: 0" in lines
+    assert "chain: intact (4 events verified)" in lines
+
+
+def test_demo_edit_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--edit-amount: the edited amount is refunded; the retry of the original is a conflict."""
+    db = tmp_path / "demo.db"
+    code, out, err = run_demo(capsys, "--db", str(db), "--edit-amount", "1000", "--reviewer", "al")
+    assert (code, err) == (0, "")
+    recorded = events(db)
+    assert [(e.type, e.call_id) for e in recorded] == APPROVED
+    (first, _) = [e for e in recorded if e.type == "approval.granted"]
+    (validated,) = [
+        e for e in recorded if e.type == "call.validated" and e.call_id == "call_refund_1"
+    ]
+    (started,) = [e for e in recorded if e.type == "call.started" and e.call_id == "call_refund_1"]
+    assert (first.reviewer, first.edited, first.digest == started.digest) == ("al", True, True)
+    assert started.digest != validated.digest
+    (duplicate,) = [e for e in recorded if e.type == "call.duplicate"]
+    assert duplicate.same_args is False
+    assert "  1000 cents on A1001 (key refund:A1001)" in out.splitlines()
+
+
+def test_demo_reruns_start_from_a_fresh_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second run removes the old ledger (saying so) and writes the same events again."""
+    db = tmp_path / "demo.db"
+    assert run_demo(capsys, "--db", str(db), "--approve")[0] == 0
+    code, out, _ = run_demo(capsys, "--db", str(db), "--approve")
+    assert code == 0
+    assert (
+        f"ledger: {db.resolve()} (removed the previous one, so every run starts fresh)"
+        in out.splitlines()
+    )
+    assert [(e.type, e.call_id) for e in events(db)] == APPROVED
+
+
+def test_demo_log_format_json_logs_every_event_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--log-format json: one JSON log line per ledger event on stderr; stdout is unchanged."""
+    db = tmp_path / "demo.db"
+    code = main(["--no-color", "--log-format", "json", "demo", "--db", str(db), "--approve"])
+    captured = capsys.readouterr()
+    assert code == 0
+    logged = [json.loads(line) for line in captured.err.splitlines()]
+    assert [(r["event"], r["call_id"]) for r in logged] == APPROVED
+    assert "host: refused: DuplicateEffect" in captured.out
+
+
+class _Terminal(io.StringIO):
+    """Typed answers, on something that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _args(db: Path) -> Any:
+    args = build_parser().parse_args(["demo", "--db", str(db), "--reviewer", "tty"])
+    args.style = Style(False)
+    args.logging = False
+    return args
+
+
+@pytest.mark.parametrize(
+    ("typed", "amount", "prompts"),
+    [
+        ("y\n", 4250, 1),
+        ("what\ne\nlots\ne\n1200\n", 1200, 5),
+    ],
+    ids=["yes", "edit"],
+)
+def test_demo_asks_the_terminal(tmp_path: Path, typed: str, amount: int, prompts: int) -> None:
+    """At a terminal the demo asks: y approves; e asks for a whole number of cents."""
+    db = tmp_path / "demo.db"
+    out = io.StringIO()
+    assert asyncio.run(demo.run(_args(db), out, stdin=_Terminal(typed))) == 0
+    assert (
+        out.getvalue().count("  approve? [y]es / [n]o / [e]dit amount: ")
+        + out.getvalue().count("  new amount in cents: ")
+        == prompts
+    )
+    (refunded,) = [e for e in events(db) if e.type == "call.succeeded" and e.tool == "refund"]
+    assert refunded.result == f"refunded {amount} cents on order A1001"
+
+
+@pytest.mark.parametrize(
+    ("typed", "reason"), [("n\n", "denied at the terminal"), ("", "end of input")]
+)
+def test_demo_terminal_denial_and_end_of_input(tmp_path: Path, typed: str, reason: str) -> None:
+    """At a terminal, n denies; end of input denies too (fail closed) instead of waiting."""
+    db = tmp_path / "demo.db"
+    out = io.StringIO()
+    assert asyncio.run(demo.run(_args(db), out, stdin=_Terminal(typed))) == 0
+    # (a real terminal echoes the typed newline; this fake one does not)
+    assert f"agent: I could not refund order A1001: refund was not approved: {reason}.\n" in (
+        out.getvalue()
+    )
+    assert [(e.type, e.call_id) for e in events(db)] == TURN_1_LOOKUP
+
+
+def test_demo_without_a_terminal_denies_and_does_not_hang(tmp_path: Path) -> None:
+    """`agent-adapter demo` with stdin not a terminal and no flag: denied, exit 0, clean stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_adapter.cli", "demo"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (
+        "  no terminal to ask (and no --approve, --deny or --edit-amount): denied, failing closed"
+        in done.stdout.splitlines()
+    )
+    assert f"ledger: {tmp_path / 'agent-adapter-demo.db'}" in done.stdout.splitlines()
+    assert [(e.type, e.call_id) for e in events(tmp_path / "agent-adapter-demo.db")] == (
+        TURN_1_LOOKUP
+    )
+
+
+def test_demo_refuses_a_directory_as_its_ledger(tmp_path: Path) -> None:
+    """--db naming a directory: one line on stderr, exit 1, nothing removed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_adapter.cli", "demo", "--db", str(tmp_path), "--approve"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert "Traceback" not in done.stderr
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"agent-adapter: error: {tmp_path} is a directory; pass --db FILE\n",
+    )
