@@ -16,8 +16,8 @@ from ..bridges.openai_agents import (
 
 __all__ = [
     "INTEGRATION",
-    "SUPPORTED",
     "OpenAIAgentsIntegration",
+    "SUPPORTED",
     "check_sdk",
     "function_tool",
     "function_tools",

@@ -15,8 +15,8 @@ from ._tools import function_tool, function_tools
 
 __all__ = [
     "INTEGRATION",
-    "SUPPORTED",
     "OpenAIAgentsIntegration",
+    "SUPPORTED",
     "check_sdk",
     "function_tool",
     "function_tools",
