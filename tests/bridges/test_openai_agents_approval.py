@@ -518,3 +518,86 @@ async def test_denials_are_recorded_by_the_executor_when_no_token_exists() -> No
     denied = next(e for e in events if isinstance(e, ApprovalRejected))
     assert denied.source == "none"
     assert ran == []
+
+
+async def test_calls_decided_in_an_earlier_pass_are_not_asked_again() -> None:
+    """A second resolve asks the port only about calls still undecided on the state."""
+    registry, _ran = build()
+    executor = Executor(registry)
+    asked: list[str] = []
+
+    class Later:
+        """Decides c1 at once and c2 only on the second ask."""
+
+        async def decide(self, request: ApprovalRequest) -> Decision | None:
+            asked.append(request.call_id)
+            if request.call_id == "c2" and asked.count("c2") == 1:
+                return None
+            return Decision(approved=True, reviewer="ops")
+
+    agent, model, result = await paused(
+        registry,
+        executor,
+        function_call("refund", {"order_id": "A1", "amount_cents": 5}, call_id="c1"),
+        function_call("refund", {"order_id": "A2", "amount_cents": 6}, call_id="c2"),
+    )
+    state = await resolve_interruptions(result, Later())
+    await resolve_interruptions(state, Later())
+    assert asked == ["c1", "c2", "c2"]
+    await Runner.run(agent, state, run_config=CONFIG)
+    assert outputs(model) == {"c1": "refunded 5 on A1", "c2": "refunded 6 on A2"}
+
+
+class FakeState:
+    """Stands in for a RunState holding a call the SDK would refuse (no call id)."""
+
+    _agent_tool_state_scope_id = "scope-1"
+    _context = None
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.rejected: list[tuple[str, str | None]] = []
+        self.approved: list[str] = []
+
+    def get_interruptions(self) -> list[Any]:
+        return self.items
+
+    def reject(self, item: Any, *, rejection_message: str | None = None) -> None:
+        self.rejected.append((item.tool_name, rejection_message))
+
+    def approve(self, item: Any) -> None:
+        self.approved.append(item.tool_name)
+
+
+async def test_a_call_without_a_call_id_is_denied_without_asking() -> None:
+    """An exported tool's call with no call id is rejected unasked (no token could bind to it)."""
+    from agents import Agent
+    from agents.items import ToolApprovalItem
+    from openai.types.responses import ResponseFunctionToolCall
+
+    registry, _ran = build()
+    agent = Agent(name="support", tools=function_tools(registry, executor=Executor(registry)))
+    raw = ResponseFunctionToolCall(
+        arguments='{"order_id":"A1","amount_cents":5}',
+        call_id="",
+        name="refund",
+        type="function_call",
+    )
+    state = FakeState([ToolApprovalItem(agent=agent, raw_item=raw)])
+
+    class FakeResult:
+        def to_state(self) -> FakeState:
+            return state
+
+    port = Recorder()
+    assert await resolve_interruptions(FakeResult(), port) is state
+    assert port.requests == []
+    assert state.approved == []
+    assert state.rejected == [
+        (
+            "refund",
+            '{"error":{"kind":"approval-denied","message":"refund was not approved: '
+            'the call has no call id, so no approval can be bound to it"}}',
+        )
+    ]
+    assert len(INTEGRATION.tokens) == 0

@@ -70,7 +70,7 @@ def _decided(state: RunState[Any, Any], item: ToolApprovalItem, call_id: str) ->
     if context is None or not call_id:
         return False
     try:
-        status = context.get_approval_status(item.tool_name, call_id, existing_pending=item)
+        status = context.is_tool_approved(item.tool_name, call_id)
     except Exception:
         return False
     return status is not None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +17,13 @@ __all__ = ["INTEGRATION", "NAME", "OpenAIAgentsIntegration"]
 #: The bridge's name in ``Registry.tool(targets=...)`` and in request metadata.
 NAME = "openai_agents"
 _NO_OP_TRACE_ID = "no-op"
+_ID_PREFIX = os.urandom(6).hex()
+_ids = itertools.count(1)
+
+
+def new_id(kind: str) -> str:
+    """A process-unique id (random prefix + counter: cheaper than uuid4 per call)."""
+    return f"{kind}_{_ID_PREFIX}{next(_ids):x}"
 
 
 def trace_run_id() -> str | None:
@@ -46,7 +54,7 @@ def run_id_for(run_context: Any) -> str:
     reaches the executor under the same (run_id, call_id) and is not executed twice.
     Without either, every call is its own run (nothing ties two invocations together).
     """
-    return trace_run_id() or context_run_id(run_context) or f"run_{uuid.uuid4().hex}"
+    return trace_run_id() or context_run_id(run_context) or new_id("run")
 
 
 class OpenAIAgentsIntegration:
@@ -82,7 +90,7 @@ class OpenAIAgentsIntegration:
         ``call_id`` is ``ToolContext.tool_call_id`` (a fresh id when the SDK gives none);
         ``run_id`` follows :func:`run_id_for`; ``approval`` is a token's decision or None.
         """
-        call_id = getattr(tool_context, "tool_call_id", None) or f"call_{uuid.uuid4().hex}"
+        call_id = getattr(tool_context, "tool_call_id", None) or new_id("call")
         return CallContext(
             run_id=run_id_for(tool_context),
             call_id=call_id,

@@ -1,0 +1,136 @@
+"""The bridge's whole per-call overhead beside the SDK's own ``@function_tool``, same run.
+
+Every variant awaits ``tool.on_invoke_tool(ToolContext, raw_args)`` for the same trivial
+function (``add(a, b)``), with a fresh ToolContext (a new call id) per call:
+
+- ``sdk @function_tool`` (baseline): the SDK parses the JSON, validates with Pydantic and
+  calls the function; nothing is recorded. The function is async in every variant (a
+  sync one would add the SDK's thread hop to the baseline).
+- ``bridge FunctionTool``: our tool; the executor validates (msgspec), digests, and
+  appends requested / validated / started / succeeded to a ``MemoryLedger``.
+- ``bridge FunctionTool, confirm=True + token``: a gated tool whose call carries a token
+  issued just before it (issue + take, approval from the context: two more events).
+- ``executor.run_spec`` alone: the engine without the bridge, for the split.
+- ``ToolContext()`` alone: building the per-call context, part of every tool figure.
+
+A fresh executor (and memory ledger) per block keeps ledger growth out of the figures.
+
+Run: ``python benchmarks/bench_bridge.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from _harness import Variant, abench, header, parse_args, results_table
+from agents import function_tool as sdk_function_tool
+from agents.agent_tool_state import set_agent_tool_state_scope
+from agents.tool_context import ToolContext
+
+from agent_adapter import CallContext, Decision, Executor, Registry, digest
+from agent_adapter.bridges.openai_agents import INTEGRATION, function_tool
+from agent_adapter.ledger import MemoryLedger
+
+ARGS = '{"a":1,"b":2}'
+SCOPE = "bench-scope"
+_ids = itertools.count()
+
+
+async def add_async(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _registry() -> Registry:
+    registry = Registry()
+    registry.tool(add_async, name="add")
+    registry.tool(add_async, name="add_gated", confirm=True)
+    return registry
+
+
+REGISTRY = _registry()
+
+
+def _context(name: str) -> ToolContext[Any]:
+    ctx: ToolContext[Any] = ToolContext(
+        context=None, tool_name=name, tool_call_id=f"c{next(_ids)}", tool_arguments=ARGS
+    )
+    set_agent_tool_state_scope(ctx, SCOPE)
+    return ctx
+
+
+class Holder:
+    """The per-block state: a fresh executor and the tools bound to it."""
+
+    def __init__(self) -> None:
+        self.reset(0)
+
+    def reset(self, n: int) -> None:
+        self.executor = Executor(REGISTRY, ledger=MemoryLedger())
+        self.tool = function_tool(REGISTRY.get("add"), executor=self.executor)
+        self.gated = function_tool(REGISTRY.get("add_gated"), executor=self.executor)
+
+
+def main() -> None:
+    args = parse_args(__doc__ or "")
+    sdk_tool = sdk_function_tool(add_async, name_override="add")
+    holder = Holder()
+    spec = REGISTRY.get("add")
+    decision = Decision(approved=True, reviewer="bench")
+    tokens = INTEGRATION.tokens
+    args_digest = digest(REGISTRY.get("add_gated").validate(ARGS))
+
+    async def sdk_op() -> Any:
+        return await sdk_tool.on_invoke_tool(_context("add"), ARGS)
+
+    async def bridge_op() -> Any:
+        return await holder.tool.on_invoke_tool(_context("add"), ARGS)
+
+    async def gated_op() -> Any:
+        ctx = _context("add_gated")
+        binding = (SCOPE, ctx.tool_call_id, "add_gated")
+        tokens.issue(binding, args_digest, decision)
+        return await holder.gated.on_invoke_tool(ctx, ARGS)
+
+    async def engine_op() -> Any:
+        ctx = CallContext(run_id="r", call_id=f"c{next(_ids)}")
+        return await holder.executor.run_spec(spec, ARGS, ctx)
+
+    async def context_op() -> Any:
+        return _context("add")
+
+    async def check() -> None:
+        assert await sdk_op() == 3
+        assert await bridge_op() == "3"
+        assert await gated_op() == "3"  # the token approved it (no port: it would be denied)
+        assert await engine_op() == 3
+
+    async def run() -> Any:
+        await check()
+        return await abench(
+            [
+                Variant("sdk @function_tool", sdk_op),
+                Variant("bridge FunctionTool", bridge_op, setup=holder.reset),
+                Variant("bridge FunctionTool, confirm=True + token", gated_op, setup=holder.reset),
+                Variant("executor.run_spec alone", engine_op, setup=holder.reset),
+                Variant("ToolContext() alone", context_op),
+            ],
+            baseline="sdk @function_tool",
+            rounds=args.rounds,
+            block_ms=args.block_ms,
+        )
+
+    results = asyncio.run(run())
+    print(header())
+    print(
+        results_table(
+            results, title="Per-call overhead: on_invoke_tool, ratio to the SDK's @function_tool"
+        )
+    )
+    print(f"{args.rounds} rounds, median; spread = inter-quartile range / median.")
+
+
+if __name__ == "__main__":
+    main()
