@@ -48,23 +48,32 @@ class Record(msgspec.Struct, kw_only=True):
     hash: str
 
 
+_sha256 = hashlib.sha256
+
+
 def chain_hash(seq: int, prev: str, payload: bytes, key: bytes | None = None) -> str:
     """H(seq, prev hash, payload): SHA-256, or HMAC-SHA256 with ``key``."""
-    message = b"%d:%s:" % (seq, prev.encode()) + payload
+    message = b"%d:%b:%b" % (seq, prev.encode(), payload)
     if key is None:
-        return hashlib.sha256(message).hexdigest()
+        return _sha256(message).hexdigest()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> Record:
     """Encode ``event`` and chain it after ``prev``; sets the event's seq, prev and hash."""
     # The payload is encoded with the chain fields at their defaults (left out), so the
-    # stored bytes are the event alone and the chain binds them from outside.
-    event.seq = 0
-    event.prev = ""
-    event.hash = ""
+    # stored bytes are the event alone and the chain binds them from outside. A new event
+    # has them at their defaults already; only a re-appended one needs the reset.
+    if event.seq or event.prev or event.hash:
+        event.seq = 0
+        event.prev = ""
+        event.hash = ""
     payload = encode_event(event)
-    digest = chain_hash(seq, prev, payload, key)
+    if key is None:
+        # chain_hash inlined: this runs once per appended event.
+        digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()
+    else:
+        digest = chain_hash(seq, prev, payload, key)
     event.seq = seq
     event.prev = prev
     event.hash = digest
@@ -102,7 +111,12 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
                 first_bad_seq=record.seq,
                 reason=f"seq {record.seq} does not link to the hash of seq {record.seq - 1}",
             )
-        if not hmac.compare_digest(chain_hash(record.seq, prev, record.payload, key), record.hash):
+        stored = record.hash
+        # A tampered hash may hold any text; compare_digest refuses non-ASCII str (TypeError),
+        # and such a hash is altered by definition.
+        if not stored.isascii() or not hmac.compare_digest(
+            chain_hash(record.seq, prev, record.payload, key), stored
+        ):
             return Verification(
                 ok=False,
                 checked=checked,
