@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
-    "MODEL_VISIBLE_KINDS",
     "AdapterError",
     "AmbiguousEffect",
     "ApprovalDenied",
@@ -19,6 +18,7 @@ __all__ = [
     "GuardrailBlocked",
     "IntegrationError",
     "LedgerError",
+    "MODEL_VISIBLE_KINDS",
     "RunLimitExceeded",
     "ToolArgsInvalid",
     "ToolError",

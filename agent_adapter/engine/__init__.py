@@ -16,8 +16,6 @@ from ._spec import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, Registry, ToolSpec, to_strict
 from ._tokens import TokenTable
 
 __all__ = [
-    "MAX_ARGS_BYTES",
-    "MAX_ARGS_DEPTH",
     "ApprovalPort",
     "ApprovalRequest",
     "Call",
@@ -26,6 +24,8 @@ __all__ = [
     "Decision",
     "DeferredApproval",
     "Executor",
+    "MAX_ARGS_BYTES",
+    "MAX_ARGS_DEPTH",
     "Outcome",
     "PendingApproval",
     "Registry",

@@ -40,7 +40,6 @@ from ._memory import MemoryLedger
 from ._protocol import Ledger
 
 __all__ = [
-    "OUTCOME_TAGS",
     "ApprovalAnswered",
     "ApprovalConsumed",
     "ApprovalDeferred",
@@ -74,8 +73,10 @@ __all__ = [
     "HookFailed",
     "Ledger",
     "MemoryLedger",
+    "OUTCOME_TAGS",
     "Problem",
     "Record",
+    "SQLiteLedger",
     "UnknownEvent",
     "Verification",
     "chain_hash",
