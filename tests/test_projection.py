@@ -167,3 +167,16 @@ async def test_reopened_executor_behaves_like_the_old_one(clock: Any) -> None:
     assert [(e.type, e.call_id) for e in await recorded(ledger)] == [
         (e.type, e.call_id) for e in await recorded(copy)
     ]
+
+
+async def test_start_after_live_calls_does_not_count_twice(clock: Any) -> None:
+    """Entering ``async with`` after some calls rebuilds the state once, not on top of it."""
+    registry, _entered, _never = build()
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, limits=LIMITS, clock=clock)
+    await executor.call("quote", {"sku": "abc"}, run_id="r", call_id="c1")
+    before = snapshot(executor)
+    async with executor:
+        assert snapshot(executor) == before
+        assert await executor.call("quote", {"sku": "abc"}, run_id="r", call_id="c2") == 3
+    assert executor.state.run_calls == {"r": 2}

@@ -196,17 +196,22 @@ class Executor:
         """Replay the ledger: limits, cache, effect keys and the outcome index come back.
 
         Calls that started and never finished (the process died) make their effect keys
-        ambiguous and their ids refuse to run again.
+        ambiguous and their ids refuse to run again. Call it before making calls: the
+        projections are rebuilt from the whole ledger, so calls this executor already made
+        are folded once (never on top of the live state, which would count them twice).
         """
         if self._started:
             return
         opener = getattr(self.ledger, "open", None)
         if opener is not None:
             await opener()
-        apply = self.state.apply
+        state = Projection()
+        state.cache_ttl.update(self.state.cache_ttl)
+        apply = state.apply
         async for event in self.ledger.read():
             apply(event)
-        self.state.settle()
+        state.settle()
+        self.state = state
         self._started = True
 
     async def close(self) -> None:
