@@ -538,3 +538,39 @@ async def test_deferred_pending_args_are_redacted(clock: Any) -> None:
     pending = [e for e in await recorded(ledger) if e.type == "approval.pending"]
     assert [e.args for e in pending] == [{"card": "[redacted]", "amount": 5}]
     assert all(b"4111-1111" not in r.payload for r in ledger.records)
+
+
+async def test_deferred_edits_keep_redacted_values_out_of_the_ledger(clock: Any) -> None:
+    """Edits may keep a redacted value (as shown, "[redacted]") but never write a new one."""
+    registry = Registry()
+    ran = []
+
+    @registry.tool(confirm=True, redact=["card"])
+    async def charge(card: str, amount: int) -> str:
+        ran.append((card, amount))
+        return "ok"
+
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger, clock=clock)
+    executor = Executor(registry, ledger=ledger, approval=deferred, clock=clock)
+    args = {"card": "4111-1111", "amount": 50}
+    with pytest.raises(ApprovalPending) as info:
+        await executor.run_spec(charge, args, ctx("c1"))
+    request_id = info.value.request_id
+    with pytest.raises(ToolUsageError) as refused:
+        await deferred.answer(
+            request_id, approved=True, reviewer="r", edits={"card": "5500-0000", "amount": 5}
+        )
+    assert str(refused.value) == (
+        "edits cannot set redacted arguments ['card'] through the ledger; "
+        "leave them as '[redacted]' to keep the requested values"
+    )
+    await deferred.answer(
+        request_id, approved=True, reviewer="r", edits={"card": "[redacted]", "amount": 5}
+    )
+    assert await executor.run_spec(charge, args, ctx("c2")) == "ok"
+    assert ran == [("4111-1111", 5)]
+    payloads = b"".join(r.payload for r in ledger.records)
+    assert (b"4111-1111" in payloads, b"5500-0000" in payloads) == (False, False)
+    granted = [e for e in await recorded(ledger) if e.type == "approval.granted"]
+    assert [e.digest for e in granted] == [digest({"card": "4111-1111", "amount": 5})]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..ledger._protocol import Ledger
 
 __all__ = [
+    "REDACTED",
     "ApprovalPort",
     "ApprovalRequest",
     "CallbackApproval",
@@ -251,6 +252,16 @@ class DeferredApproval:
             if held.answer is not None:
                 raise ToolUsageError(f"approval request {request_id!r} is already answered")
             pending = held.pending
+            if edits is not None and isinstance(pending.args, dict):
+                # A value for a redacted argument would be written to the ledger in clear.
+                hidden = [
+                    k for k, v in edits.items() if pending.args.get(k) == REDACTED and v != REDACTED
+                ]
+                if hidden:
+                    raise ToolUsageError(
+                        f"edits cannot set redacted arguments {sorted(hidden)} through the "
+                        f"ledger; leave them as {REDACTED!r} to keep the requested values"
+                    )
             await self._ledger.append(
                 ApprovalAnswered(
                     ts=self._clock(),

@@ -62,7 +62,7 @@ from ..ledger._events import (
 )
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
-from ._approval import ApprovalPort, ApprovalRequest, Decision, redacted
+from ._approval import REDACTED, ApprovalPort, ApprovalRequest, Decision, redacted
 from ._context import Call, CallContext, Outcome, _current
 from ._digest import canonical, digest
 from ._limits import RunLimits
@@ -617,8 +617,16 @@ class Executor:
         if decision.edits is not None:
             # An edit is an approval of new arguments: validated and checked again, and
             # then the only arguments the tool sees.
+            edits = decision.edits
+            if run.spec.redact:
+                # A reviewer never saw a redacted value (the ledger holds "[redacted]"):
+                # leaving it as shown keeps the value the call was requested with.
+                edits = {
+                    k: call.args[k] if k in run.spec.redact and v == REDACTED else v
+                    for k, v in edits.items()
+                }
             try:
-                edited, edited_digest = _validated(run.spec, decision.edits)
+                edited, edited_digest = _validated(run.spec, edits)
             except ToolArgsInvalid as exc:
                 raise _Stop(self._invalid(run, f"edited {exc}"), exc) from None
             call = msgspec.structs.replace(call, args=edited, digest=edited_digest)
