@@ -34,6 +34,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
+
 from ..errors import LedgerError
 from ._chain import Record, Verification, chain_hash, make_record, verify_records
 from ._events import Event, decode_event
@@ -70,6 +72,7 @@ _LAST = "SELECT seq, prev, hash, payload FROM events ORDER BY seq DESC LIMIT 1"
 # Primary result codes (the low byte of an extended code).
 _BUSY, _LOCKED, _CORRUPT, _FULL, _NOTADB = 5, 6, 11, 13, 26
 _STOP = object()
+_astuple = msgspec.structs.astuple
 
 
 def _primary_code(exc: sqlite3.Error) -> int | None:
@@ -350,21 +353,10 @@ class _Writer(_Worker):
                 at, link = seq, prev
                 for event in batch.events:
                     at += 1
-                    r: Record = make_record(event, at, link, key)
-                    chained.append(
-                        (
-                            r.seq,
-                            r.type,
-                            r.run_id,
-                            r.call_id,
-                            r.tool,
-                            r.ts,
-                            r.payload,
-                            r.prev,
-                            r.hash,
-                        )
-                    )
-                    link = r.hash
+                    record = make_record(event, at, link, key)
+                    # Record's fields are in the column order of _INSERT.
+                    chained.append(_astuple(record))
+                    link = record.hash
             except Exception as exc:
                 # Only this caller's events are refused; the others still commit.
                 batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
@@ -566,19 +558,22 @@ class SQLiteLedger:
 
     async def append(self, event: Event) -> Event:
         """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
-        await self._submit([event])
+        if self._writer is None:
+            await self.open()
+        await self._stage([event])
         return event
 
     async def append_many(self, events: Sequence[Event]) -> list[Event]:
         """Store ``events`` contiguously, in order, in one transaction."""
         batch = list(events)
         if batch:
-            await self._submit(batch)
+            if self._writer is None:
+                await self.open()
+            await self._stage(batch)
         return batch
 
-    async def _submit(self, events: list[Event]) -> None:
-        if self._writer is None:
-            await self.open()
+    def _stage(self, events: list[Event]) -> asyncio.Future[None]:
+        """Queue ``events`` for the next commit; the future is settled once it committed."""
         if self._closed:
             raise LedgerError(f"ledger {self.path} is closed")
         if self._keyed and self._key is None:
@@ -594,7 +589,7 @@ class SQLiteLedger:
             # appenders woken by one commit join the next one together.
             self._kick_scheduled = True
             loop.call_soon(self._kick)
-        await future
+        return future
 
     def _kick(self) -> None:
         self._kick_scheduled = False

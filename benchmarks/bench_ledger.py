@@ -1,0 +1,377 @@
+"""The durable ledger: appends per second and replay speed, beside raw sqlite3 in one run.
+
+Appends (``synchronous=FULL``, WAL, a file in a temporary directory):
+
+- BASE: raw ``sqlite3`` on a table with the ledger's schema and the same rows (payloads
+  already encoded and chained), one row per ``BEGIN IMMEDIATE``/``COMMIT``, and batched
+  (64 rows per transaction, ``executemany``);
+- ours: ``SQLiteLedger.append`` from 1, 16 and 64 concurrent asyncio tasks (group commit:
+  the events are encoded and hash-chained in the write transaction).
+
+Targets: 64 appenders >= 100,000 events/s; a lone append within 2x of one raw FULL commit
+(the paired per-round ratio of time per event).
+
+Replay: ``await Executor.open(registry, ledger=SQLiteLedger(path))`` on a ledger of whole
+calls (requested, validated, started, succeeded; a cached tool and an effect tool), beside
+reading the same rows with raw ``sqlite3`` and decoding each payload in one thread.
+Target: >= 200,000 events/s.
+
+Every figure is the median over rounds (the variants' order rotates per round), with the
+spread (inter-quartile range / median). fsync latency dominates the append figures and
+varies a lot on shared machines: compare the ratios, which are paired per round.
+
+Run: ``python benchmarks/bench_ledger.py [--quick] [--dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from _harness import fmt_pct, header, markdown_table, paired_ratio, summarize
+
+from agent_adapter import Executor, Registry
+from agent_adapter.ledger import (
+    CallRequested,
+    CallStarted,
+    CallSucceeded,
+    CallValidated,
+    EffectClaimed,
+    Event,
+    SQLiteLedger,
+    decode_event,
+)
+from agent_adapter.ledger._chain import make_record
+from agent_adapter.ledger._sqlite import _INSERT, _SCHEMA
+
+APPENDERS = (1, 16, 64)
+BATCH = 64
+
+
+def event(k: int, i: int) -> CallRequested:
+    """A typical ``call.requested`` (~150 bytes of payload)."""
+    return CallRequested(
+        ts=1_700_000_000.0 + i,
+        run_id=f"run_{k:04x}",
+        call_id=f"call_{k:04x}_{i:06x}",
+        tool="refund",
+        args={"order_id": f"A{i}", "amount_cents": 500},
+    )
+
+
+def events_for(tag: int, concurrency: int, per: int) -> list[list[CallRequested]]:
+    """Fresh events for one block: ``per`` for each of ``concurrency`` appenders.
+
+    Appender k writes run ``run_<tag><k>`` with its own call ids, so a commit touches as
+    many places in the run_id and call_id indexes as there are appenders (as real
+    concurrent runs do).
+    """
+    return [[event(tag * 1_000 + k, i) for i in range(per)] for k in range(concurrency)]
+
+
+def rows_for(tag: int, concurrency: int, per: int) -> list[tuple[Any, ...]]:
+    """The same events as ``events_for``, in the order a group commit writes them, as rows
+    (encoded and chained, seq renumbered by ``Raw``) for the raw baseline."""
+    columns = events_for(tag, concurrency, per)
+    rows, prev = [], ""
+    for i in range(per):
+        for k in range(concurrency):
+            r = make_record(columns[k][i], len(rows) + 1, prev)
+            rows.append(
+                (r.seq, r.type, r.run_id, r.call_id, r.tool, r.ts, r.payload, r.prev, r.hash)
+            )
+            prev = r.hash
+    return rows
+
+
+class Raw:
+    """Raw sqlite3 on the ledger's schema, WAL + FULL: the baseline."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        for statement in _SCHEMA:
+            self.conn.execute(statement)
+        self.seq = 0
+
+    def _renumber(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        out = [(self.seq + 1 + i, *row[1:]) for i, row in enumerate(rows)]
+        self.seq += len(rows)
+        return out
+
+    def one_per_txn(self, rows: list[tuple[Any, ...]]) -> float:
+        rows = self._renumber(rows)
+        execute = self.conn.execute
+        t0 = time.perf_counter()
+        for row in rows:
+            execute("BEGIN IMMEDIATE")
+            execute(_INSERT, row)
+            execute("COMMIT")
+        return time.perf_counter() - t0
+
+    def batched(self, rows: list[tuple[Any, ...]]) -> float:
+        rows = self._renumber(rows)
+        execute = self.conn.execute
+        t0 = time.perf_counter()
+        for start in range(0, len(rows), BATCH):
+            execute("BEGIN IMMEDIATE")
+            self.conn.executemany(_INSERT, rows[start : start + BATCH])
+            execute("COMMIT")
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+async def appenders(ledger: SQLiteLedger, columns: list[list[CallRequested]]) -> float:
+    """Seconds for one task per column to append its events, each awaiting its own commit."""
+
+    async def one(events: list[CallRequested]) -> None:
+        for e in events:
+            await ledger.append(e)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(events) for events in columns))
+    return time.perf_counter() - t0
+
+
+async def rounds_of(
+    variants: dict[str, tuple[int, Callable[[], Awaitable[float]]]], rounds: int
+) -> dict[str, list[float]]:
+    """Per variant: events/s per round; the order rotates by one each round."""
+    names = list(variants)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            count, block = variants[name]
+            gc.collect()
+            seconds = await block()
+            samples[name].append(count / seconds)
+    return samples
+
+
+async def bench_appends(tmp: Path, quick: bool, rounds: int) -> str:
+    per = {1: 60 if quick else 400, 16: 100 if quick else 600, 64: 50 if quick else 400}
+    raw1, rawb = Raw(tmp / "raw1.db"), Raw(tmp / "rawb.db")
+    ledgers = {c: SQLiteLedger(tmp / f"ledger{c}.db") for c in APPENDERS}
+    normal = SQLiteLedger(tmp / "normal.db", synchronous="NORMAL")
+    for ledger in (*ledgers.values(), normal):
+        await ledger.open()
+    tags = iter(range(1, 10**6))
+
+    # Inputs are built before each block and not timed: rows for raw, events for ours.
+    async def raw_one() -> float:
+        return raw1.one_per_txn(rows_for(next(tags), 1, per[1]))
+
+    async def raw_batched() -> float:
+        return rawb.batched(rows_for(next(tags), BATCH, per[64]))
+
+    def ours(ledger: SQLiteLedger, c: int) -> Callable[[], Awaitable[float]]:
+        return lambda: appenders(ledger, events_for(next(tags), c, per[c]))
+
+    variants: dict[str, tuple[int, Callable[[], Awaitable[float]]]] = {
+        "raw sqlite3, 1 row per transaction (BASE 1)": (per[1], raw_one),
+        f"raw sqlite3, {BATCH} rows per transaction (BASE {BATCH})": (
+            BATCH * per[64],
+            raw_batched,
+        ),
+    }
+    for c in APPENDERS:
+        variants[f"SQLiteLedger.append, {c} concurrent appender{'s' if c > 1 else ''}"] = (
+            c * per[c],
+            ours(ledgers[c], c),
+        )
+    variants["SQLiteLedger.append, 64 appenders, NORMAL (not power-cut safe)"] = (
+        64 * per[64],
+        ours(normal, 64),
+    )
+    try:
+        # One untimed warm-up round (files created, pages cached), then the rounds.
+        await rounds_of(variants, 1)
+        samples = await rounds_of(variants, rounds)
+    finally:
+        raw1.close()
+        rawb.close()
+        for ledger in (*ledgers.values(), normal):
+            await ledger.close()
+
+    names = list(variants)
+    base1, baseb = samples[names[0]], samples[names[1]]
+    targets = {names[4]: ">= 100,000/s"}
+    rows = []
+    for name in names:
+        med, spread = summarize(samples[name])
+        if name == names[0]:
+            ratio = "1 (BASE 1)"
+        elif name == names[1]:
+            ratio = f"{paired_ratio(samples[name], base1):.2f} x BASE 1"
+        elif name == names[2]:
+            ratio = f"{paired_ratio(samples[name], base1):.2f} x BASE 1"
+        else:
+            ratio = f"{paired_ratio(samples[name], baseb):.2f} x BASE {BATCH}"
+        target = targets.get(name, "")
+        met = "" if not target else ("yes" if med >= 100_000 else "**no**")
+        rows.append([name, f"{med:,.0f}", fmt_pct(spread), f"{1e6 / med:,.1f}", ratio, target, met])
+    lone = paired_ratio(base1, samples[names[2]])  # time per event: ours / raw
+    rows.append(
+        [
+            "lone append latency / one raw FULL commit (paired)",
+            "",
+            "",
+            "",
+            f"{lone:.2f}",
+            "<= 2",
+            "yes" if lone <= 2 else "**no**",
+        ]
+    )
+    table = markdown_table(
+        ["variant", "events/s (median)", "spread", "µs/event", "ratio", "target", "met"], rows
+    )
+    return "## Appends, synchronous=FULL (events/s; ratio = ours / BASE)\n\n" + table + "\n"
+
+
+def build_registry() -> Registry:
+    registry = Registry()
+
+    @registry.tool(cache=60)
+    async def lookup(q: str) -> str:
+        """A cached read."""
+        return q
+
+    @registry.tool(effect="charge:{order_id}")
+    async def charge(order_id: str) -> str:
+        """An effect."""
+        return order_id
+
+    return registry
+
+
+def call_events(i: int) -> list[Event]:
+    """The four events of one finished call; every other call claims an effect key."""
+    run_id, call_id = f"run_{i // 8:05x}", f"call_{i:06x}"
+    digest = f"{i:064x}"
+    effect = i % 2 == 1
+    tool = "charge" if effect else "lookup"
+    args = {"order_id": f"A{i}"} if effect else {"q": f"q{i}"}
+    ids: dict[str, Any] = {"ts": 1_700_000_000.0 + i, "run_id": run_id, "call_id": call_id}
+    events: list[Event] = [
+        CallRequested(tool=tool, args=args, **ids),
+        CallValidated(tool=tool, digest=digest, **ids),
+    ]
+    if effect:
+        events.append(EffectClaimed(tool=tool, key=f"charge:A{i}", digest=digest, **ids))
+    events += [
+        CallStarted(tool=tool, digest=digest, effect_key=f"charge:A{i}" if effect else "", **ids),
+        CallSucceeded(tool=tool, duration_ms=1.5, result=f"result-{i}", **ids),
+    ]
+    return events
+
+
+async def bench_replay(tmp: Path, quick: bool, rounds: int) -> str:
+    path = tmp / "replay.db"
+    target_events = 20_000 if quick else 200_000
+    count = 0
+    async with SQLiteLedger(path, synchronous="NORMAL") as ledger:
+        batch: list[Event] = []
+        i = 0
+        while count < target_events:
+            batch += call_events(i)
+            i += 1
+            if len(batch) >= 5_000:
+                count += len(await ledger.append_many(batch))
+                batch = []
+        if batch:
+            count += len(await ledger.append_many(batch))
+    registry = build_registry()
+
+    async def raw_select() -> float:
+        conn = sqlite3.connect(path)
+        t0 = time.perf_counter()
+        n = 0
+        for _row in conn.execute("SELECT seq, prev, hash, payload FROM events ORDER BY seq"):
+            n += 1
+        seconds = time.perf_counter() - t0
+        conn.close()
+        assert n == count
+        return seconds
+
+    async def raw_decode() -> float:
+        conn = sqlite3.connect(path)
+        t0 = time.perf_counter()
+        for seq, prev, hash_, payload in conn.execute(
+            "SELECT seq, prev, hash, payload FROM events ORDER BY seq"
+        ):
+            e = decode_event(payload)
+            e.seq, e.prev, e.hash = seq, prev, hash_
+        seconds = time.perf_counter() - t0
+        conn.close()
+        return seconds
+
+    async def executor_open() -> float:
+        t0 = time.perf_counter()
+        executor = await Executor.open(registry, ledger=SQLiteLedger(path))
+        seconds = time.perf_counter() - t0
+        assert len(executor.state.outcomes) == i
+        await executor.close()
+        return seconds
+
+    variants: dict[str, tuple[int, Callable[[], Awaitable[float]]]] = {
+        "raw sqlite3 SELECT, rows only": (count, raw_select),
+        "raw sqlite3 SELECT + decode_event, one thread (BASE)": (count, raw_decode),
+        "await Executor.open(ledger=SQLiteLedger(path)): replay": (count, executor_open),
+    }
+    await rounds_of(variants, 1)
+    samples = await rounds_of(variants, rounds)
+    names = list(variants)
+    base = samples[names[1]]
+    rows = []
+    for name in names:
+        med, spread = summarize(samples[name])
+        ratio = f"{paired_ratio(samples[name], base):.2f}"
+        target = ">= 200,000/s" if name == names[2] else ""
+        met = "" if not target else ("yes" if med >= 200_000 else "**no**")
+        rows.append([name, f"{med:,.0f}", fmt_pct(spread), ratio, target, met])
+    table = markdown_table(
+        ["variant", "events/s (median)", "spread", "ratio (x BASE)", "target", "met"], rows
+    )
+    return (
+        f"## Replay: rebuilding an executor from {count:,} events ({i:,} calls)\n\n" + table + "\n"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-ledger-", dir=args.dir) as name:
+        tmp = Path(name)
+        print(header(packages=("agent-adapter", "msgspec")), end="")
+        print(
+            f"- SQLite {sqlite3.sqlite_version}; files in {tmp} (filesystem of {args.dir or tempfile.gettempdir()})"
+        )
+        print(f"- rounds: {args.rounds}{' (quick)' if args.quick else ''}\n")
+        print(await bench_appends(tmp, args.quick, args.rounds))
+        print(await bench_replay(tmp, args.quick, args.rounds))
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run that finishes in seconds")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 7, quick 3)")
+    parser.add_argument("--dir", default=None, help="where to put the files (default: tempdir)")
+    args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 7
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
+    sys.exit(0)
