@@ -320,11 +320,17 @@ class _Writer(_Worker):
                     pause = min(pause * 2, 0.05)
                     continue
                 error: BaseException = _translate(self._path, "appending", exc, self._wait_s)
-            except LedgerError as exc:
+            except Exception as exc:
+                # Anything else (a key that does not fit, a bug) fails these appends and
+                # leaves the writer serving: a dead writer would leave waiters hanging.
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                error = exc
+                if isinstance(exc, LedgerError):
+                    error = exc
+                else:
+                    error = LedgerError(f"ledger {self._path}: appending failed: {exc!r}")
+                    error.__cause__ = exc
             for batch in batches:
                 batch.error = error
                 _unchain(batch.events)
