@@ -12,7 +12,6 @@ import inspect
 import itertools
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from hashlib import sha256
 from typing import Any
@@ -530,7 +529,8 @@ class Executor:
                 return call
         ctx = run.ctx
         clock = self._clock
-        request_id = uuid.uuid4().hex
+        # 128 random bits in uuid4().hex's format, without building a UUID (~4x cheaper).
+        request_id = os.urandom(16).hex()
         self._emit(
             run,
             ApprovalRequested(
