@@ -352,7 +352,7 @@ async def open_ledger(args: argparse.Namespace, *, write: bool = False) -> Async
     path = Path(args.db)
     check_ledger_file(path, write=write)
     key = read_key(getattr(args, "key_file", None))
-    from .ledger import SQLiteLedger
+    from .ledger._sqlite import SQLiteLedger
 
     ledger = SQLiteLedger(str(path), key=key, busy_timeout_s=args.lock_timeout)
     try:
@@ -663,8 +663,8 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
             effects = {k: ("ambiguous", r, c) for k, (r, c) in executor.ambiguous_effects().items()}
     if args.json:
         for key, (status, run_id, call_id) in effects.items():
-            line = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
-            print(json.dumps(line), file=out)
+            record = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
+            print(json.dumps(record), file=out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)

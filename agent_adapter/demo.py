@@ -32,7 +32,8 @@ from .bridges.openai_agents import run as run_agent
 from .cli import CliError, Style, log_hooks, render_audit
 from .engine import CallbackApproval, Decision, Executor, Registry, current_call
 from .errors import AdapterError, DuplicateEffect, ToolError
-from .ledger import Event, SQLiteLedger, replay
+from .ledger import Event, replay
+from .ledger._sqlite import SQLiteLedger
 
 __all__ = ["AMOUNT_CENTS", "ORDER_ID", "RUN_ID", "build_registry", "run"]
 
@@ -248,10 +249,19 @@ async def run(args: argparse.Namespace, out: IO[str], *, stdin: IO[str] | None =
     """Run the demo; returns the exit status (0 when it ran to the end)."""
     style: Style = args.style
     stdin = stdin if stdin is not None else sys.stdin
+    sdk_logger = logging.getLogger("openai.agents")
+    sdk_level = sdk_logger.level
     if not getattr(args, "logging", False):
         # The SDK logs a tool error that reaches the host (our DuplicateEffect) at ERROR;
         # the demo prints it itself. With --log-format the host's logging shows it.
-        logging.getLogger("openai.agents").setLevel(logging.CRITICAL)
+        sdk_logger.setLevel(logging.CRITICAL)
+    try:
+        return await _run(args, out, stdin, style)
+    finally:
+        sdk_logger.setLevel(sdk_level)
+
+
+async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: Style) -> int:
     path = Path(args.db)
     title = "agent-adapter demo: a support agent on the OpenAI Agents SDK"
     print(style.paint(title, "bold") + " (scripted model: no API key, no network)", file=out)

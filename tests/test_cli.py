@@ -968,3 +968,44 @@ def test_usage_error_exits_two_without_traceback() -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1].startswith("agent-adapter ledger: error: argument ACTION")
+
+
+def test_keyed_ledger_refuses_a_decision_without_its_key(
+    tmp_path: Path, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Approving on a keyed ledger without --key-file: one line, exit 1, nothing appended."""
+    path = tmp_path / "keyed.db"
+    request_id = asyncio.run(build(path, clock, key=KEY))
+    before = path.read_bytes()
+    code, out, err = run_main(
+        capsys, "approvals", "approve", request_id, "--db", str(path), "--reviewer", "alice"
+    )
+    assert (code, out, err) == (
+        1,
+        "",
+        f"agent-adapter: error: ledger {path} is keyed (HMAC): appending needs its key "
+        "(SQLiteLedger(path, key=...))\n",
+    )
+    assert path.read_bytes() == before
+    (tmp_path / "key").write_bytes(KEY)
+    code, _, err = run_main(
+        capsys, "approvals", "approve", request_id, "--db", str(path), "--reviewer", "alice",
+        "--key-file", str(tmp_path / "key"),
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert run_main(
+        capsys, "ledger", "verify", "--db", str(path), "--key-file", str(tmp_path / "key")
+    ) == (0, "chain: intact (27 events verified)\n", "")
+
+
+def test_ledger_commands_do_not_import_the_agents_sdk(built: Built) -> None:
+    """Only the demo needs openai-agents: `ledger verify` runs without importing it."""
+    code = (
+        "import sys; from agent_adapter.cli import main; "
+        f"status = main(['ledger', 'verify', '--db', {built.db!r}]); "
+        "print(status, 'agents' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert (done.returncode, done.stdout.splitlines()[-1], done.stderr) == (0, "0 False", "")
