@@ -848,7 +848,7 @@ class Executor:
             error.__cause__ = exc
             raise _Stop(self._failed(run, error), error) from None
 
-    def _failed(self, run: _Run, error: AdapterError) -> Event:
+    def _failed(self, run: _Run, error: AdapterError) -> CallFailed:
         now = self._clock()
         return CallFailed(
             ts=now,

@@ -337,7 +337,7 @@ AnyEvent = Union[_ALL]  # type: ignore[valid-type]  # noqa: UP007
 
 #: Tags of the terminal events.
 OUTCOME_TAGS: frozenset[str] = frozenset(
-    cls.__struct_config__.tag
+    str(cls.__struct_config__.tag)
     for cls in _ALL
     if issubclass(cls, _Outcome)  # type: ignore[misc]
 )
