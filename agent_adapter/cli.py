@@ -57,6 +57,7 @@ _BAD = frozenset(
 )
 
 
+_ALWAYS_SHOWN = ("approved", "same_args")
 _ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 
@@ -138,10 +139,15 @@ def _compact(value: Any, limit: int = 60) -> str:
 
 def event_details(event: Event, *, limit: int = 60) -> str:
     """The type-specific fields of ``event`` as ``name=value`` (digests shortened)."""
-    fields = msgspec.structs.asdict(event)
+    # Fields at their defaults are left out, except the yes/no answers whose default
+    # (False) is itself the news: a denial must not read as a blank.
+    fields = msgspec.to_builtins(event)
+    for name in _ALWAYS_SHOWN:
+        if hasattr(event, name):
+            fields[name] = getattr(event, name)
     parts = []
     for name, value in fields.items():
-        if name in _BASE_FIELDS or value in (None, "", [], {}, False, 0, 0.0):
+        if name in _BASE_FIELDS or name == "type":
             continue
         if name in ("digest", "result_digest") and isinstance(value, str):
             value = short(value)
