@@ -9,6 +9,8 @@ import math
 import re
 import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import accumulate, count
+from operator import sub
 from typing import Any, get_type_hints
 
 import msgspec
@@ -22,8 +24,10 @@ MAX_ARGS_BYTES = 1 << 20
 #: Arguments nested deeper than this are refused before they are parsed.
 MAX_ARGS_DEPTH = 64
 
-_BRACKETS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-_OPENERS = frozenset(b"[{")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'[]{}"')
+_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
 
 def _too_deep(raw: bytes, limit: int) -> bool:
@@ -34,18 +38,21 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    depth = 0
-    for match in _BRACKETS.finditer(raw):
-        token = match.group()
-        if len(token) != 1:
-            continue
-        if token[0] in _OPENERS:
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
+    # Strings out, then everything but brackets, with C-level loops only: the per-token
+    # Python loop this replaces cost ~40 us per KB of bracket-heavy arguments.
+    if b"\\" in raw:
+        brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    else:
+        # No escapes: quotes alternate open/close, so the even pieces are outside strings
+        # (and an unterminated string's text is outside, as the regex treats it).
+        parts = raw.translate(None, _NOT_SYNTAX).split(b'"')
+        brackets = b"".join(parts[0::2])
+        if len(parts) % 2 == 0:
+            brackets += parts[-1]
+    if brackets.count(b"[") + brackets.count(b"{") <= limit:
+        return False
+    # The depth after the i-th bracket (from 1) is 2 * openers so far - i.
+    return max(map(sub, accumulate(brackets.translate(_STEPS)), count(1))) > limit
 
 
 def _not_json(value: Any, limit: int) -> str | None:
