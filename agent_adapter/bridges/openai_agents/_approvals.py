@@ -116,7 +116,7 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
         if _decided(state, item, call_id):
             continue
         export = export_of(_tool_of(item))
-        tool = item.tool_name
+        tool = item.tool_name or ""
         if export is not None:
             if not call_id:
                 reason = "the call has no call id, so no approval can be bound to it"
@@ -178,7 +178,7 @@ def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
             continue
         if not decision.approved:
             state.reject(
-                entry.item, rejection_message=_denial(entry.item.tool_name, decision.reason)
+                entry.item, rejection_message=_denial(entry.item.tool_name or "", decision.reason)
             )
             continue
         state.approve(entry.item)
