@@ -34,7 +34,20 @@ from .errors import AdapterError, LedgerError, ToolUsageError
 if TYPE_CHECKING:
     from .ledger import Audit, Event, Ledger, Verification
 
-__all__ = ["Style", "main", "render_audit"]
+__all__ = [
+    "CliError",
+    "Style",
+    "build_parser",
+    "configure_logging",
+    "event_details",
+    "event_json",
+    "log_hooks",
+    "main",
+    "parse_edits",
+    "render_audit",
+    "table",
+    "verification_line",
+]
 
 PROG = "agent-adapter"
 _SQLITE_HEADER = b"SQLite format 3\x00"
