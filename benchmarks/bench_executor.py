@@ -13,15 +13,20 @@ the model's raw JSON text:
   tool call, ``(T(N calls) - T(0)) / N`` paired per round, one call per turn and 16 calls
   in one turn, beside our per-call cost (target: ours <= 2% of it).
 
-Run: ``python benchmarks/bench_executor.py [--quick]``.
+Run: ``python benchmarks/bench_executor.py [--quick]``; ``--profile`` prints a cProfile
+of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import io
 import itertools
 import logging
+import pstats
 import statistics
+import sys
 from typing import Any
 
 from _harness import (
@@ -174,7 +179,32 @@ def _pct(x: float) -> str:
     return f"{x * 100:.2f}%"
 
 
+async def profile(calls: int = 20_000) -> None:
+    """cProfile of ``calls`` no-confirm run_spec calls (and of the token path), by own time."""
+    ours = Ours()
+    for label, op in (("no confirm, no timeout", ours.core_call), ("token", ours.token_call)):
+        ours.reset(0)
+        for _ in range(500):
+            await op()
+        ours.reset(0)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            await op()
+        prof.disable()
+        out = io.StringIO()
+        stats = pstats.Stats(prof, stream=out)
+        stats.sort_stats("tottime").print_stats(18)
+        print(f"## cProfile: run_spec, {label}, {calls} calls (sorted by own time)\n")
+        print("```")
+        print(out.getvalue().strip())
+        print("```\n")
+
+
 async def main() -> None:
+    if "--profile" in sys.argv:
+        await profile()
+        return
     args = parse_args(__doc__ or "")
     logging.getLogger("openai.agents").setLevel(logging.ERROR)
     print(header())
