@@ -752,34 +752,58 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
 
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--log-format",
+        choices=("console", "json"),
+        default=default(None),
+        help="turn structlog logging on, to stderr, in this format (default: off)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error", "off"),
+        default=default(None),
+        help="log level when logging is on (default: info)",
+    )
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default(False),
+        help="never colour the output",
+    )
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=default(5.0),
+        metavar="SECONDS",
+        help="how long to wait for a ledger another process holds locked (default: 5)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="An event-sourced executor for AI-agent tool calls: demo and ledger tools.",
     )
-    parser.add_argument(
-        "--log-format",
-        choices=("console", "json"),
-        help="turn structlog logging on, to stderr, in this format (default: off)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error", "off"),
-        help="log level when logging is on (default: info)",
-    )
-    parser.add_argument("--no-color", action="store_true", help="never colour the output")
-    parser.add_argument(
-        "--lock-timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="how long to wait for a ledger another process holds locked (default: 5)",
-    )
+    _add_common(parser, top=True)
+    # The same options after the subcommand (`agent-adapter demo --log-format json`);
+    # SUPPRESS keeps a subcommand from resetting what was given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, top=False)
+
+    def leaf(group: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = group.add_parser(name, parents=[common], **kwargs)
+        return parser
+
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
         "demo",
+        parents=[common],
         help="run the scripted support agent (no API key, no network)",
         description=(
             "A support agent on the OpenAI Agents SDK, driven by a scripted model, looks up "
@@ -807,11 +831,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = commands.add_parser("ledger", help="read, follow, verify, audit or export a ledger")
     ledger_cmds = ledger.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
-    show = ledger_cmds.add_parser("show", help="print events (filters, table or JSON lines)")
+    show = leaf(ledger_cmds, "show", help="print events (filters, table or JSON lines)")
     _add_db(show)
     _add_filters(show)
     show.set_defaults(handler=cmd_ledger_show)
-    tail = ledger_cmds.add_parser("tail", help="print the last events and follow new ones")
+    tail = leaf(ledger_cmds, "tail", help="print the last events and follow new ones")
     _add_db(tail)
     _add_filters(tail)
     tail.add_argument("-n", "--lines", type=int, default=10, help="events shown first (10)")
@@ -821,14 +845,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration", type=float, metavar="SECONDS", help="stop following after this long"
     )
     tail.set_defaults(handler=cmd_ledger_tail)
-    verify = ledger_cmds.add_parser("verify", help="check the hash chain (exit 1 if broken)")
+    verify = leaf(ledger_cmds, "verify", help="check the hash chain (exit 1 if broken)")
     _add_db(verify)
     verify.set_defaults(handler=cmd_ledger_verify)
-    audit = ledger_cmds.add_parser("audit", help="per-call audit and problems (exit 1 if any)")
+    audit = leaf(ledger_cmds, "audit", help="per-call audit and problems (exit 1 if any)")
     _add_db(audit)
     audit.add_argument("--json", action="store_true", help="one JSON report")
     audit.set_defaults(handler=cmd_ledger_audit)
-    export = ledger_cmds.add_parser("export", help="every event as JSON lines")
+    export = leaf(ledger_cmds, "export", help="every event as JSON lines")
     _add_db(export)
     export.set_defaults(handler=cmd_ledger_export)
 
@@ -836,17 +860,17 @@ def build_parser() -> argparse.ArgumentParser:
     approval_cmds = approvals.add_subparsers(
         dest="approvals_command", metavar="ACTION", required=True
     )
-    listing = approval_cmds.add_parser("list", help="open requests")
+    listing = leaf(approval_cmds, "list", help="open requests")
     _add_db(listing)
     listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     listing.set_defaults(handler=cmd_approvals_list)
-    show_one = approval_cmds.add_parser("show", help="one request and its status")
+    show_one = leaf(approval_cmds, "show", help="one request and its status")
     show_one.add_argument("request_id", metavar="REQUEST_ID")
     _add_db(show_one)
     show_one.add_argument("--json", action="store_true", help="JSON instead of text")
     show_one.set_defaults(handler=cmd_approvals_show)
     for name, handler in (("approve", cmd_approvals_approve), ("deny", cmd_approvals_deny)):
-        answer = approval_cmds.add_parser(name, help=f"{name} an open request")
+        answer = leaf(approval_cmds, name, help=f"{name} an open request")
         answer.add_argument("request_id", metavar="REQUEST_ID")
         _add_db(answer)
         answer.add_argument("--reviewer", metavar="NAME", help="who decides (default: $USER)")
@@ -862,12 +886,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     effects = commands.add_parser("effects", help="list and resolve ambiguous effect keys")
     effect_cmds = effects.add_subparsers(dest="effects_command", metavar="ACTION", required=True)
-    elist = effect_cmds.add_parser("list", help="ambiguous effect keys")
+    elist = leaf(effect_cmds, "list", help="ambiguous effect keys")
     _add_db(elist)
     elist.add_argument("--all", action="store_true", help="every key with its status")
     elist.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     elist.set_defaults(handler=cmd_effects_list)
-    resolve = effect_cmds.add_parser("resolve", help="resolve an ambiguous key")
+    resolve = leaf(effect_cmds, "resolve", help="resolve an ambiguous key")
     resolve.add_argument("key", metavar="KEY")
     _add_db(resolve)
     how = resolve.add_mutually_exclusive_group(required=True)

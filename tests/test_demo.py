@@ -173,9 +173,9 @@ def test_demo_reruns_start_from_a_fresh_ledger(
 def test_demo_log_format_json_logs_every_event_to_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--log-format json: one JSON log line per ledger event on stderr; stdout is unchanged."""
+    """`demo --log-format json`: one JSON log line per ledger event on stderr, none on stdout."""
     db = tmp_path / "demo.db"
-    code = main(["--no-color", "--log-format", "json", "demo", "--db", str(db), "--approve"])
+    code = main(["demo", "--db", str(db), "--approve", "--log-format", "json", "--no-color"])
     captured = capsys.readouterr()
     assert code == 0
     logged = [json.loads(line) for line in captured.err.splitlines()]
