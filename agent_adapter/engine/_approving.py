@@ -1,0 +1,176 @@
+"""Step 6 of the pipeline: the confirm rule, then the context's decision or the port."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid
+from ..ledger._events import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    CallDenied,
+    CallPending,
+    Event,
+)
+from ._approval import REDACTED, ApprovalRequest, Decision
+from ._context import Call, _current
+from ._run import _maybe_await, _Run, _Stop, _validated
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+
+__all__ = ["_approve", "_pending"]
+
+
+async def _approve(self: Executor, run: _Run, call: Call) -> Call:
+    """Step 6: the confirm rule, then the context's decision or the port."""
+    confirm = run.spec.confirm
+    if confirm is False:
+        return call
+    if confirm is not True:
+        try:
+            needed = bool(await _maybe_await(confirm(call, run.ctx)))
+        except Exception as exc:
+            needed = True  # fail closed: a broken rule asks for approval
+            del exc
+        if not needed:
+            return call
+    ctx = run.ctx
+    clock = self._clock
+    # 128 random bits in uuid4().hex's format, without building a UUID (~4x cheaper).
+    request_id = os.urandom(16).hex()
+    self._emit(
+        run,
+        ApprovalRequested(
+            ts=clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=call.tool,
+            request_id=request_id,
+            digest=call.digest,
+        ),
+    )
+    decision: Decision | None = None
+    source = "context"
+    carried = ctx.approval
+    if isinstance(carried, Decision) and carried.digest in (None, call.digest):
+        decision = carried
+    elif self.approval is not None:
+        source = "port"
+        # Durable before a reviewer is asked: the request may outlive this process.
+        await self._flush(run)
+        request = ApprovalRequest(
+            request_id=request_id,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=call.tool,
+            args=call.args,
+            digest=call.digest,
+            metadata=ctx.metadata,
+            redact=run.spec.redact,
+        )
+        try:
+            answer = await self.approval.decide(request)
+        except ApprovalPending as exc:
+            raise _Stop(self._pending(run, exc.request_id), exc) from None
+        except Exception as exc:
+            answer = Decision(
+                approved=False,
+                reason=f"approval port failed: {type(exc).__name__}: {exc}",
+            )
+        if answer is None:
+            raise _Stop(
+                self._pending(run, request_id),
+                ApprovalPending(
+                    f"approval {request_id} for {call.tool} is pending",
+                    request_id=request_id,
+                ),
+            )
+        decision = answer if isinstance(answer, Decision) else Decision(approved=bool(answer))
+    if decision is None or not decision.approved:
+        reviewer = decision.reviewer if decision is not None else ""
+        reason = (
+            decision.reason
+            if decision is not None
+            else "no approval port and no decision in the call context"
+        )
+        now = clock()
+        self._emit(
+            run,
+            ApprovalRejected(
+                ts=now,
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                tool=call.tool,
+                request_id=request_id,
+                reviewer=reviewer,
+                source=source if decision is not None else "none",
+                digest=call.digest,
+                reason=reason,
+            ),
+        )
+        message = f"{call.tool} was not approved" + (f": {reason}" if reason else "")
+        raise _Stop(
+            CallDenied(
+                ts=now,
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                tool=call.tool,
+                duration_ms=(now - run.t0) * 1000.0,
+                reviewer=reviewer,
+                reason=reason,
+            ),
+            ApprovalDenied(message),
+        )
+    if decision.edits is not None:
+        # An edit is an approval of new arguments: validated and checked again, and
+        # then the only arguments the tool sees.
+        edits = decision.edits
+        if run.spec.redact:
+            # A reviewer never saw a redacted value (the ledger holds "[redacted]"):
+            # leaving it as shown keeps the value the call was requested with.
+            edits = {
+                k: call.args[k] if k in run.spec.redact and v == REDACTED else v
+                for k, v in edits.items()
+            }
+        try:
+            edited, edited_digest = _validated(run.spec, edits)
+        except ToolArgsInvalid as exc:
+            raise _Stop(self._invalid(run, f"edited {exc}"), exc) from None
+        call = msgspec.structs.replace(call, args=edited, digest=edited_digest)
+        run.call = call
+        _current.set(call)
+    self._emit(
+        run,
+        ApprovalGranted(
+            ts=clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=call.tool,
+            request_id=request_id,
+            reviewer=decision.reviewer,
+            source=source,
+            digest=call.digest,
+            reason=decision.reason,
+            edited=decision.edits is not None,
+        ),
+    )
+    if decision.edits is not None:
+        call = await self._checks(run, call)
+    return call
+
+
+def _pending(self: Executor, run: _Run, request_id: str) -> Event:
+    now = self._clock()
+    return CallPending(
+        ts=now,
+        run_id=run.ctx.run_id,
+        call_id=run.ctx.call_id,
+        tool=run.spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        request_id=request_id,
+    )

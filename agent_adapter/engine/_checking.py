@@ -1,0 +1,147 @@
+"""Steps 3-5 of the pipeline: before_tool hooks, input (and output) guards, run limits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AdapterError, GuardrailBlocked, RunLimitExceeded
+from ..ledger._events import (
+    CallBlocked,
+    CallInvalid,
+    CallLimited,
+    Event,
+    GuardChecked,
+    GuardVerdict,
+)
+from ._context import Call
+from ._run import _maybe_await, _name_of, _Run, _Stop
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+
+__all__ = ["_blocked", "_checks", "_guard", "_invalid", "_limit"]
+
+
+def _invalid(self: Executor, run: _Run, message: str) -> Event:
+    now = self._clock()
+    return CallInvalid(
+        ts=now,
+        run_id=run.ctx.run_id,
+        call_id=run.ctx.call_id,
+        tool=run.spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        error=message,
+    )
+
+
+def _blocked(self: Executor, run: _Run, stage: str, by: str, reason: str, kind: str) -> Event:
+    now = self._clock()
+    return CallBlocked(
+        ts=now,
+        run_id=run.ctx.run_id,
+        call_id=run.ctx.call_id,
+        tool=run.spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        stage=stage,
+        by=by,
+        reason=reason,
+        error_kind=kind,
+    )
+
+
+async def _checks(self: Executor, run: _Run, call: Call) -> Call:
+    """Steps 3-5: before_tool hooks, input guards, run limits."""
+    for hook, name in self._before:
+        try:
+            await _maybe_await(hook(call))
+        except Exception as exc:
+            error = (
+                exc
+                if isinstance(exc, AdapterError)
+                else GuardrailBlocked(f"before_tool hook {name} stopped the call: {exc}")
+            )
+            if error is not exc:
+                error.__cause__ = exc
+            raise _Stop(self._blocked(run, "hook", name, str(exc), error.kind), error) from None
+    guards = run.spec.guards + self._guards
+    if guards:
+        await self._guard(run, call, "input", guards, (call,))
+    if self.limits is not None:
+        self._limit(run, call)
+    return call
+
+
+async def _guard(
+    self,
+    run: _Run,
+    call: Call,
+    stage: str,
+    guards: tuple[Callable[..., Any], ...],
+    guard_args: tuple[Any, ...],
+) -> None:
+    verdicts: list[GuardVerdict] = []
+    blocked: GuardrailBlocked | None = None
+    for guard in guards:
+        name = _name_of(guard)
+        try:
+            await _maybe_await(guard(*guard_args))
+        except GuardrailBlocked as exc:
+            blocked = exc
+        except Exception as exc:
+            # Fail closed: a guard that breaks blocks, with its error recorded.
+            blocked = GuardrailBlocked(f"guard {name} failed: {type(exc).__name__}: {exc}")
+            blocked.__cause__ = exc
+        if blocked is not None:
+            verdicts.append(GuardVerdict(name=name, ok=False, reason=str(blocked)))
+            break
+        verdicts.append(GuardVerdict(name=name, ok=True))
+    self._emit(
+        run,
+        GuardChecked(
+            ts=self._clock(),
+            run_id=run.ctx.run_id,
+            call_id=run.ctx.call_id,
+            tool=run.spec.name,
+            stage=stage,
+            verdicts=verdicts,
+        ),
+    )
+    if blocked is not None:
+        raise _Stop(
+            self._blocked(run, stage, verdicts[-1].name, str(blocked), blocked.kind), blocked
+        )
+
+
+def _limit(self: Executor, run: _Run, call: Call) -> None:
+    limits = self.limits
+    assert limits is not None
+    inflight = self.state.inflight[run.key]
+    if inflight.counted:
+        return  # an edited call re-checks; it already counts once
+    run_id = run.ctx.run_id
+    reason = ""
+    if limits.max_calls is not None and self.state.run_calls.get(run_id, 0) >= limits.max_calls:
+        reason = f"run {run_id} reached max_calls={limits.max_calls}"
+    per_tool = limits.per_tool(call.tool)
+    if (
+        not reason
+        and per_tool is not None
+        and self.state.tool_calls.get((run_id, call.tool), 0) >= per_tool
+    ):
+        reason = f"run {run_id} reached max_calls_per_tool={per_tool} for {call.tool}"
+    if reason:
+        now = self._clock()
+        raise _Stop(
+            CallLimited(
+                ts=now,
+                run_id=run_id,
+                call_id=run.ctx.call_id,
+                tool=call.tool,
+                duration_ms=(now - run.t0) * 1000.0,
+                reason=reason,
+            ),
+            RunLimitExceeded(reason),
+        )
+    # Counted now, with no await since the check: concurrent calls cannot both pass.
+    self.state.count(run_id, inflight)

@@ -1,0 +1,126 @@
+"""Step 8 of the pipeline and its operator side: effect keys claimed, resolved, listed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import AmbiguousEffect, DuplicateEffect, ToolUsageError
+from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
+from ._context import Call
+from ._run import _Run, _Stop
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+
+__all__ = ["_claim", "ambiguous_effects", "resolve_effect"]
+
+
+def _claim(self: Executor, run: _Run, call: Call) -> str:
+    spec = run.spec
+    try:
+        key = spec.effect_key(call.args)
+    except Exception as exc:
+        error = ToolUsageError(f"effect key of {spec.name} cannot be rendered: {exc}")
+        failed = self._failed(run, error)
+        # The call passed the limit check with no counting event since: say so, so
+        # that replay counts it as the live executor did.
+        failed.counted = self.state.inflight[run.key].counted
+        raise _Stop(failed, error) from None
+    assert key is not None
+    state = self.state.effects.get(key)
+    ctx = run.ctx
+    if state is not None:
+        now = self._clock()
+        if state.status == "committed":
+            same = state.digest == call.digest
+            message = (
+                f"effect {key} was already committed by call {state.call_id} "
+                f"(run {state.run_id}) "
+                + ("with the same arguments" if same else "with other arguments (conflict)")
+            )
+            raise _Stop(
+                CallDuplicate(
+                    ts=now,
+                    run_id=ctx.run_id,
+                    call_id=ctx.call_id,
+                    tool=spec.name,
+                    duration_ms=(now - run.t0) * 1000.0,
+                    key=key,
+                    by_run_id=state.run_id,
+                    by_call_id=state.call_id,
+                    same_args=same,
+                ),
+                DuplicateEffect(
+                    message,
+                    key=key,
+                    run_id=state.run_id,
+                    call_id=state.call_id,
+                    same_args=same,
+                ),
+            )
+        reason = (
+            f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
+            "whose outcome is unknown; resolve it with resolve_effect"
+        )
+        raise _Stop(
+            CallAmbiguous(
+                ts=now,
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                tool=spec.name,
+                duration_ms=(now - run.t0) * 1000.0,
+                key=key,
+                reason=reason,
+            ),
+            AmbiguousEffect(reason, key=key),
+        )
+    self._emit(
+        run,
+        EffectClaimed(
+            ts=self._clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            key=key,
+            digest=call.digest,
+        ),
+    )
+    return key
+
+
+async def resolve_effect(
+    self, key: str, *, outcome: str, reviewer: str, reason: str | None = None
+) -> None:
+    """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
+
+    Recorded as ``effect.resolved``. Raises ToolUsageError for a key that is not
+    ambiguous (unknown, committed, or claimed by a call running in this process).
+    """
+    if outcome not in ("committed", "failed"):
+        raise ToolUsageError('outcome must be "committed" or "failed"')
+    if not reviewer:
+        raise ToolUsageError("resolving an effect needs a reviewer name")
+    state = self.state.effects.get(key)
+    if state is None or state.status != "ambiguous":
+        status = "unknown" if state is None else state.status
+        raise ToolUsageError(f"effect {key} is {status}, not ambiguous; nothing to resolve")
+    await self._record(
+        [
+            EffectResolved(
+                ts=self._clock(),
+                run_id=state.run_id,
+                call_id=state.call_id,
+                key=key,
+                outcome=outcome,
+                reviewer=reviewer,
+                reason=reason or "",
+            )
+        ]
+    )
+
+
+def ambiguous_effects(self: Executor) -> dict[str, tuple[str, str]]:
+    """Ambiguous keys and the (run_id, call_id) that claimed each."""
+    return {
+        k: (s.run_id, s.call_id) for k, s in self.state.effects.items() if s.status == "ambiguous"
+    }

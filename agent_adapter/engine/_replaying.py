@@ -1,0 +1,126 @@
+"""Step 0 of the pipeline: a repeat of (run_id, call_id) never runs the tool again."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    AmbiguousEffect,
+    ApprovalDenied,
+    ApprovalPending,
+    DuplicateEffect,
+    RunLimitExceeded,
+    ToolArgsInvalid,
+    ToolFailed,
+    ToolTimeout,
+    ToolUsageError,
+    error_from_kind,
+)
+from ..ledger._events import (
+    CallAmbiguous,
+    CallBlocked,
+    CallCached,
+    CallCancelled,
+    CallDenied,
+    CallDuplicate,
+    CallFailed,
+    CallInvalid,
+    CallLimited,
+    CallPending,
+    CallReplayed,
+    CallSucceeded,
+    CallTimedOut,
+    Event,
+)
+from ._context import CallContext
+from ._run import _validated
+from ._spec import ToolSpec
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+
+__all__ = ["_recorded_error", "_repeat", "_replayed_value"]
+
+
+async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
+    key = (ctx.run_id, ctx.call_id)
+    recorded = self.state.outcomes.get(key)
+    if recorded is None:
+        raise AmbiguousEffect(
+            f"call {ctx.call_id} (run {ctx.run_id}) already started and has no outcome "
+            "(still running, or its process died); it does not run again"
+        )
+    recorded_digest, _tag = recorded
+    try:
+        repeat_digest: str | None = _validated(spec, args)[1]
+    except ToolArgsInvalid:
+        repeat_digest = None
+    if repeat_digest != recorded_digest:
+        raise ToolUsageError(
+            f"call {ctx.call_id} (run {ctx.run_id}) already ran with other arguments; "
+            "a call id cannot be reused for new arguments"
+        )
+    outcome: Event | None = None
+    async for event in self.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
+        if event.is_outcome:
+            outcome = event
+            break
+    if outcome is None:
+        raise ToolUsageError(f"the outcome of call {ctx.call_id} is not in the ledger")
+    await self._record(
+        [
+            CallReplayed(
+                ts=self._clock(),
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                tool=spec.name,
+                digest=recorded_digest or "",
+                outcome_seq=outcome.seq,
+            )
+        ]
+    )
+    return self._replayed_value(outcome)
+
+
+def _replayed_value(self: Executor, outcome: Event) -> Any:
+    if isinstance(outcome, CallSucceeded):
+        if outcome.redacted:
+            raise ToolUsageError(
+                f"call {outcome.call_id} succeeded but its result was stored only as a "
+                "digest (redact_result); it cannot be replayed"
+            )
+        return outcome.result
+    if isinstance(outcome, CallCached):
+        return outcome.result
+    if isinstance(outcome, CallCancelled):
+        raise ToolUsageError(f"call {outcome.call_id} was cancelled; it has no value to replay")
+    error = self._recorded_error(outcome)
+    raise error
+
+
+def _recorded_error(outcome: Event) -> BaseException:
+    if isinstance(outcome, CallFailed):
+        return error_from_kind(outcome.error_kind, outcome.error)
+    if isinstance(outcome, CallTimedOut):
+        return ToolTimeout(f"{outcome.tool} did not finish within {outcome.timeout_s} s")
+    if isinstance(outcome, CallInvalid):
+        return ToolArgsInvalid(outcome.error)
+    if isinstance(outcome, CallBlocked):
+        return error_from_kind(outcome.error_kind, outcome.reason)
+    if isinstance(outcome, CallLimited):
+        return RunLimitExceeded(outcome.reason)
+    if isinstance(outcome, CallDenied):
+        return ApprovalDenied(f"{outcome.tool} was not approved: {outcome.reason}")
+    if isinstance(outcome, CallPending):
+        return ApprovalPending(request_id=outcome.request_id)
+    if isinstance(outcome, CallDuplicate):
+        return DuplicateEffect(
+            f"effect {outcome.key} was already committed by call {outcome.by_call_id}",
+            key=outcome.key,
+            run_id=outcome.by_run_id,
+            call_id=outcome.by_call_id,
+            same_args=outcome.same_args,
+        )
+    if isinstance(outcome, CallAmbiguous):
+        return AmbiguousEffect(outcome.reason, key=outcome.key)
+    return ToolFailed(f"unknown recorded outcome {outcome.type}")

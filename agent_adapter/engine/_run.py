@@ -1,0 +1,84 @@
+"""Per-call pipeline state and small helpers shared by the executor's steps."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+from collections.abc import Mapping
+from hashlib import sha256
+from typing import Any
+
+from ..errors import ToolArgsInvalid
+from ..ledger._events import Event
+from ._context import Call, CallContext
+from ._digest import canonical
+from ._spec import MAX_ARGS_BYTES, ToolSpec
+
+__all__: list[str] = []
+
+_ID_PREFIX = os.urandom(6).hex()
+_ids = itertools.count(1)
+
+
+def _new_id(kind: str) -> str:
+    # A process-random prefix and a counter: unique across processes, and ~10x cheaper
+    # than uuid4 on the per-call path.
+    return f"{kind}_{_ID_PREFIX}{next(_ids):x}"
+
+
+def _name_of(obj: Any) -> str:
+    return str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
+    """Validate ``args`` for ``spec`` and digest them (the digest is ``digest(validated)``).
+
+    Raises ToolArgsInvalid also for values JSON cannot hold (a dict can carry any Python
+    object) and for a dict whose canonical form is over the size limit (text is measured
+    before it is parsed, in ``validate``).
+    """
+    validated = spec.validate(args)
+    try:
+        data = canonical(validated)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ToolArgsInvalid(f"arguments for {spec.name} are not JSON values: {exc}") from None
+    if len(data) > MAX_ARGS_BYTES and isinstance(args, Mapping):
+        raise ToolArgsInvalid(
+            f"arguments for {spec.name} are {len(data)} bytes as JSON, over the "
+            f"{MAX_ARGS_BYTES} byte limit"
+        )
+    return validated, sha256(data).hexdigest()
+
+
+class _Stop(Exception):
+    """Internal: end the call with ``outcome`` and raise ``error`` to the caller."""
+
+    def __init__(self, outcome: Event, error: BaseException) -> None:
+        self.outcome = outcome
+        self.error = error
+
+
+class _Run:
+    """The mutable state of one call on its way through the pipeline."""
+
+    __slots__ = ("buffer", "call", "ctx", "ended", "key", "reached_body", "spec", "started", "t0")
+
+    def __init__(self, spec: ToolSpec, ctx: CallContext, t0: float) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.key = (ctx.run_id, ctx.call_id)
+        self.t0 = t0
+        self.buffer: list[Event] = []
+        self.call: Call | None = None
+        self.started = False
+        self.reached_body = False
+        # Set once the outcome is emitted: a cancel that lands later (in an after_tool
+        # hook, or while the outcome is being written) must not add a second outcome.
+        self.ended = False
