@@ -15,11 +15,12 @@ the demo never waits for input nobody can give.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -198,7 +199,7 @@ def _decider(
                 file=out,
             )
             return Decision(approved=False, reviewer=reviewer, reason="no terminal to ask")
-        return await _ask(request, reviewer, out, stdin)
+        return _ask(request, reviewer, out, stdin)
 
     return decide
 
@@ -208,15 +209,25 @@ def _edit(request: Any, amount: int, reviewer: str) -> Decision:
     return Decision(approved=True, reviewer=reviewer, reason="amount edited", edits=edits)
 
 
-async def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
+def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
+    # Read in the loop's own thread: nothing else runs while the run waits for a person.
+    # asyncio.run's SIGINT handler only schedules a cancellation, which a blocked read
+    # never lets run, so ^C gets Python's default handler back for the read itself.
     def read(prompt: str) -> str | None:
         out.write(prompt)
         out.flush()
-        line = stdin.readline()
+        if threading.current_thread() is not threading.main_thread():
+            line = stdin.readline()
+        else:
+            previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+            try:
+                line = stdin.readline()
+            finally:
+                signal.signal(signal.SIGINT, previous)
         return line.strip() if line else None  # "" is an empty answer, None is EOF
 
     while True:
-        answer = await asyncio.to_thread(read, "  approve? [y]es / [n]o / [e]dit amount: ")
+        answer = read("  approve? [y]es / [n]o / [e]dit amount: ")
         if answer is None:
             print("\n  end of input: denied, failing closed", file=out)
             return Decision(approved=False, reviewer=reviewer, reason="end of input")
@@ -226,7 +237,7 @@ async def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Dec
         if choice == "n":
             return Decision(approved=False, reviewer=reviewer, reason="denied at the terminal")
         if choice == "e":
-            text = await asyncio.to_thread(read, "  new amount in cents: ")
+            text = read("  new amount in cents: ")
             if text is not None and text.isdigit():
                 return _edit(request, int(text), reviewer)
             print("  an amount is a whole number of cents", file=out)

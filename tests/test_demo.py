@@ -269,3 +269,50 @@ def test_demo_refuses_a_directory_as_its_ledger(tmp_path: Path) -> None:
         1,
         f"agent-adapter: error: {tmp_path} is a directory; pass --db FILE\n",
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pseudo-terminal")
+def test_demo_interrupted_at_the_prompt_exits_130_at_once(tmp_path: Path) -> None:
+    """^C at the approval prompt (a real pseudo-terminal) ends the demo: 130, no traceback."""
+    import pty
+    import select
+    import time
+
+    db = tmp_path / "demo.db"
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(
+            sys.executable, [sys.executable, "-m", "agent_adapter.cli", "demo", "--db", str(db)]
+        )
+    output = b""
+
+    def pump(until: Any) -> None:
+        nonlocal output
+        deadline = time.monotonic() + TIMEOUT_S
+        while not until() and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # the child closed the terminal
+                    return
+                if not chunk:
+                    return
+                output += chunk
+
+    try:
+        pump(lambda: b"[e]dit amount: " in output)
+        assert b"[e]dit amount: " in output
+        os.write(fd, b"\x03")
+        pump(lambda: False)  # until the child closes its terminal (or the deadline)
+        deadline = time.monotonic() + TIMEOUT_S
+        while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                pytest.fail("the demo did not end after ^C")
+            time.sleep(0.05)
+        status = waited[1]
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    assert b"Traceback" not in output
