@@ -59,6 +59,13 @@ class _InFlight(msgspec.Struct, kw_only=True):
     effect_key: str | None = None
 
 
+# Tuples, not ``A | B`` unions: a union is built anew each time the expression runs, and
+# these checks run for every call's outcome.
+_COUNT_ALWAYS = (CallCached, CallDuplicate, CallAmbiguous)
+_COUNT_IF_MARKED = (CallCancelled, CallFailed)
+_BODY_RAN = (CallSucceeded, CallBlocked)
+
+
 class Projection:
     """Folds events into: the outcome index, in-flight calls, run counters, cache, effects."""
 
@@ -172,8 +179,8 @@ class Projection:
         if call is None:
             return
         tag = event.type
-        if isinstance(event, CallCached | CallDuplicate | CallAmbiguous) or (
-            isinstance(event, CallCancelled | CallFailed) and event.counted
+        if isinstance(event, _COUNT_ALWAYS) or (
+            isinstance(event, _COUNT_IF_MARKED) and event.counted
         ):
             self.count(event.run_id, call)
         self.outcomes[key] = (call.validated, tag)
@@ -188,7 +195,7 @@ class Projection:
         state = self.effects.get(key)
         if state is None or state.status != "claimed":
             return
-        if isinstance(event, CallSucceeded | CallBlocked):
+        if isinstance(event, _BODY_RAN):
             # A blocked outcome here is an output guard: the body did run.
             state.status = "committed"
         elif isinstance(event, CallFailed) and event.error_kind == "tool-error":
