@@ -469,3 +469,19 @@ async def test_edited_call_counts_once(clock: Any) -> None:
         == 2
     )
     assert executor.state.run_calls == {"r": 1}
+
+
+async def test_cache_hits_are_independent_copies(clock: Any) -> None:
+    """Each cache hit gets its own copy: mutating one result does not change the next hit."""
+    registry = Registry()
+
+    @registry.tool(cache=10)
+    async def items() -> dict[str, list[int]]:
+        return {"items": [1]}
+
+    executor = Executor(registry, clock=clock)
+    first = await executor.call("items", {})
+    hit = await executor.call("items", {})
+    hit["items"].append(2)
+    first["items"].append(3)
+    assert await executor.call("items", {}) == {"items": [1]}

@@ -38,6 +38,9 @@ from ..ledger._events import (
 
 __all__ = ["EffectState", "Projection"]
 
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
 CallKey = tuple[str, str]
 
 
@@ -75,8 +78,8 @@ class Projection:
         self.inflight: dict[CallKey, _InFlight] = {}
         self.run_calls: dict[str, int] = {}
         self.tool_calls: dict[tuple[str, str], int] = {}
-        #: (tool, digest) -> (value, ts of the success)
-        self.cache: dict[tuple[str, str], tuple[Any, float]] = {}
+        #: (tool, digest) -> (JSON of the value, ts of the success)
+        self.cache: dict[tuple[str, str], tuple[bytes, float]] = {}
         #: tool -> TTL seconds, for the tools whose successes are cached
         self.cache_ttl: dict[str, float] = {}
         self.effects: dict[str, EffectState] = {}
@@ -189,7 +192,9 @@ class Projection:
         if isinstance(event, CallSucceeded) and not event.redacted:
             ttl = self.cache_ttl.get(call.tool)
             if ttl is not None:
-                self.cache[(call.tool, call.run_digest)] = (event.result, event.ts)
+                # Stored encoded: every hit decodes its own copy, so a caller that
+                # mutates its value cannot change what later hits (or replay) return.
+                self.cache[(call.tool, call.run_digest)] = (_encode(event.result), event.ts)
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
@@ -210,8 +215,8 @@ class Projection:
         entry = self.cache.get((tool, digest))
         if entry is None:
             return False, None
-        value, ts = entry
+        blob, ts = entry
         if now - ts >= self.cache_ttl.get(tool, 0.0):
             del self.cache[(tool, digest)]
             return False, None
-        return True, value
+        return True, _decode(blob)
