@@ -44,6 +44,11 @@ from ._state import Projection
 
 __all__ = ["Executor", "get_default_executor"]
 
+# Tuples, not ``A | B`` unions: a union is built anew each time the expression runs, and
+# _requested_args runs on every call.
+_TEXT = (str, bytes, bytearray, memoryview)
+_BINARY = (bytes, bytearray, memoryview)
+
 
 class Executor:
     """Runs tool calls through the pipeline and records every step in the ledger.
@@ -304,13 +309,13 @@ class Executor:
         # Raw text is recorded as given unless it names redacted values: then it is
         # parsed, and text that does not parse is withheld rather than leak a secret.
         # Text over the size limit is never parsed nor stored (validation refuses it).
-        if isinstance(args, str | bytes | bytearray | memoryview) and len(args) > MAX_ARGS_BYTES:
+        if isinstance(args, _TEXT) and len(args) > MAX_ARGS_BYTES:
             return f"[withheld: {len(args)} bytes, over the size limit]"
         if isinstance(args, dict) or not spec.redact:
-            if isinstance(args, bytes | bytearray | memoryview):
+            if isinstance(args, _BINARY):
                 return bytes(args).decode("utf-8", "replace")
             return redacted(args, spec.redact)
-        if not isinstance(args, str | bytes | bytearray | memoryview):
+        if not isinstance(args, _TEXT):
             return args
         try:
             parsed = msgspec.json.decode(args)

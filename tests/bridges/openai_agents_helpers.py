@@ -7,10 +7,11 @@ from typing import Any
 from agents import Agent, RunConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from agent_adapter.ledger import Event, MemoryLedger
+from agent_adapter.ledger import Event, MemoryLedger, replay
 
 __all__ = [
     "CONFIG",
+    "approvals_that_ran",
     "assistant_message",
     "call_events",
     "call_types",
@@ -49,3 +50,21 @@ async def call_events(ledger: MemoryLedger, call_id: str) -> list[Event]:
 async def call_types(ledger: MemoryLedger, call_id: str) -> list[str]:
     """The event type sequence of one call id."""
     return [e.type for e in await call_events(ledger, call_id)]
+
+
+async def approvals_that_ran(ledger: MemoryLedger) -> dict[str, tuple[str, str, bool]]:
+    """For each call whose body ran: (source, reviewer, approved digest == digest that ran).
+
+    Also checks that the audit of the whole ledger finds no problem (no call ran with a
+    digest no approval covered, no missing outcome, an intact chain).
+    """
+    events = [e async for e in ledger.read()]
+    audit = replay(events, await ledger.verify())
+    assert audit.problems() == []
+    ran: dict[str, tuple[str, str, bool]] = {}
+    for record in audit.calls.values():
+        if record.started and record.approvals:
+            last = record.approvals[-1]
+            assert last.approved
+            ran[record.call_id] = (last.source, last.reviewer, last.digest == record.ran_digest)
+    return ran

@@ -8,6 +8,7 @@ import pytest
 from agents import FunctionTool, Runner
 from openai_agents_helpers import (
     CONFIG,
+    approvals_that_ran,
     assistant_message,
     call_events,
     call_types,
@@ -112,6 +113,7 @@ async def test_approved_call_runs_once_with_the_approval_in_the_ledger() -> None
     assert (granted.reviewer, granted.source, granted.edited) == ("ops", "context", False)
     assert granted.digest == started.digest == request.digest
     assert events[0].metadata == {"integration": "openai_agents"}
+    assert await approvals_that_ran(ledger) == {"c1": ("context", "ops", True)}
 
 
 async def test_rejected_call_never_runs_and_the_model_sees_approval_denied() -> None:
@@ -169,6 +171,7 @@ async def test_valid_edit_runs_the_edited_arguments_only() -> None:
     started = next(e for e in events if isinstance(e, CallStarted))
     assert granted.edited is True and granted.source == "context"
     assert granted.digest == started.digest != port.requests[0].digest
+    assert await approvals_that_ran(ledger) == {"c1": ("context", "ops", True)}
 
 
 async def test_invalid_edit_gives_the_model_tool_args_invalid() -> None:
@@ -360,6 +363,7 @@ async def test_deferred_approval_works_in_two_phases() -> None:
         "context",
         pending.digest,
     )
+    assert await approvals_that_ran(ledger) == {"c1": ("context", "alice", True)}
 
 
 async def test_deferred_denial_rejects_on_the_second_pass() -> None:

@@ -14,6 +14,7 @@ from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 from openai_agents_helpers import (
     CONFIG,
+    approvals_that_ran,
     assistant_message,
     call_events,
     call_types,
@@ -143,6 +144,7 @@ async def test_a_state_through_json_gets_no_approval() -> None:
     assert [e.type for e in events] == APPROVED_RUN
     granted = next(e for e in events if isinstance(e, ApprovalGranted))
     assert (granted.source, granted.reviewer) == ("port", "exec")
+    assert await approvals_that_ran(ledger) == {"c1": ("port", "exec", True)}
 
 
 async def test_always_approve_never_approves_for_the_executor() -> None:
@@ -273,6 +275,9 @@ async def test_one_resolve_issues_at_most_256_tokens(caplog: pytest.LogCaptureFi
         ("port", "exec"),
     ]
     assert [e.source for e in granted].count("port") == 1
+    ran_with = await approvals_that_ran(ledger)
+    assert len(ran_with) == 257
+    assert sorted(set(ran_with.values())) == [("context", "host", True), ("port", "exec", True)]
     assert len(INTEGRATION.tokens) == 0
 
 
