@@ -313,3 +313,37 @@ async def test_structlog_hook_never_configures_structlog(
         "call.started",
         "call.succeeded",
     ]
+
+
+async def test_port_records_reach_hooks_and_subscribers(clock: Any) -> None:
+    """approval.pending and approval.consumed, written by a deferred port, are observed too."""
+    from agent_adapter import DeferredApproval
+    from agent_adapter.errors import ApprovalPending
+
+    registry = Registry()
+
+    @registry.tool(confirm=True)
+    async def act() -> str:
+        return "done"
+
+    seen: list[str] = []
+
+    class Watcher:
+        def on_event(self, event: Any) -> None:
+            seen.append(event.type)
+
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger, clock=clock)
+    executor = Executor(registry, ledger=ledger, approval=deferred, hooks=[Watcher()], clock=clock)
+    live = executor.subscribe()
+    with pytest.raises(ApprovalPending) as info:
+        await executor.call("act", {}, run_id="r", call_id="c1")
+    await deferred.answer(info.value.request_id, approved=True, reviewer="x")
+    assert await executor.call("act", {}, run_id="r", call_id="c2") == "done"
+    streamed = [(await anext(live)).type for _ in range(len(seen))]
+    await live.aclose()
+    expected = [
+        t for t in await types(ledger) if t != "approval.answered"
+    ]  # answered is written by the reviewer, not by this executor's calls
+    assert (seen, streamed) == (expected, expected)
+    assert "approval.pending" in seen and "approval.consumed" in seen

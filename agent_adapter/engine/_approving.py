@@ -9,6 +9,8 @@ import msgspec
 
 from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid
 from ..ledger._events import (
+    ApprovalConsumed,
+    ApprovalDeferred,
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
@@ -23,7 +25,7 @@ from ._run import _maybe_await, _Run, _Stop, _validated
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_approve", "_pending"]
+__all__ = ["_approve", "_pending", "_port_records"]
 
 
 async def _approve(self: Executor, run: _Run, call: Call) -> Call:
@@ -43,17 +45,15 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
     clock = self._clock
     # 128 random bits in uuid4().hex's format, without building a UUID (~4x cheaper).
     request_id = os.urandom(16).hex()
-    self._emit(
-        run,
-        ApprovalRequested(
-            ts=clock(),
-            run_id=ctx.run_id,
-            call_id=ctx.call_id,
-            tool=call.tool,
-            request_id=request_id,
-            digest=call.digest,
-        ),
+    requested = ApprovalRequested(
+        ts=clock(),
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=call.tool,
+        request_id=request_id,
+        digest=call.digest,
     )
+    self._emit(run, requested)
     decision: Decision | None = None
     source = "context"
     carried = ctx.approval
@@ -76,12 +76,16 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         try:
             answer = await self.approval.decide(request)
         except ApprovalPending as exc:
+            if self._observed:
+                await self._port_records(requested)
             raise _Stop(self._pending(run, exc.request_id), exc) from None
         except Exception as exc:
             answer = Decision(
                 approved=False,
                 reason=f"approval port failed: {type(exc).__name__}: {exc}",
             )
+        if self._observed:
+            await self._port_records(requested)
         if answer is None:
             raise _Stop(
                 self._pending(run, request_id),
@@ -174,3 +178,21 @@ def _pending(self: Executor, run: _Run, request_id: str) -> Event:
         duration_ms=(now - run.t0) * 1000.0,
         request_id=request_id,
     )
+
+
+async def _port_records(self: Executor, requested: ApprovalRequested) -> None:
+    """Show hooks and subscribers what the port appended for this call.
+
+    A deferred port writes ``approval.pending`` and ``approval.consumed`` to the ledger
+    itself; read back after the request (its seq is set once durable), they reach
+    ``on_event`` hooks and ``subscribe()`` like the executor's own events.
+    """
+    records: list[Event] = [
+        event
+        async for event in self.ledger.read(
+            after=requested.seq, run_id=requested.run_id, call_id=requested.call_id
+        )
+        if isinstance(event, ApprovalDeferred | ApprovalConsumed)
+    ]
+    if records:
+        await self._dispatch(records)

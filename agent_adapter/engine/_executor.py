@@ -68,6 +68,7 @@ class Executor:
     _limit = _checking._limit
     _approve = _approving._approve
     _pending = _approving._pending
+    _port_records = _approving._port_records
     _claim = _effects._claim
     resolve_effect = _effects.resolve_effect
     ambiguous_effects = _effects.ambiguous_effects
