@@ -1,0 +1,155 @@
+"""``agent-adapter ledger show|tail|verify|audit|export``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fnmatch
+import json
+import time
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ..ledger import Event, Ledger
+
+from ._opening import open_ledger
+from ._render import (
+    EVENT_HEADERS,
+    clock_text,
+    event_details,
+    event_json,
+    event_rows,
+    render_audit,
+    table,
+    verification_line,
+)
+
+__all__ = [
+    "cmd_ledger_audit",
+    "cmd_ledger_export",
+    "cmd_ledger_show",
+    "cmd_ledger_tail",
+    "cmd_ledger_verify",
+]
+
+
+def _matches(event: Event, args: argparse.Namespace) -> bool:
+    if args.run is not None and event.run_id != args.run:
+        return False
+    if args.call is not None and event.call_id != args.call:
+        return False
+    if args.tool is not None and event.tool != args.tool:
+        return False
+    if args.type and not any(fnmatch.fnmatchcase(event.type, t) for t in args.type):
+        return False
+    return True
+
+
+async def _read(ledger: Ledger, args: argparse.Namespace, after: int = 0) -> list[Event]:
+    return [
+        e
+        async for e in ledger.read(after=after, run_id=args.run, call_id=args.call)
+        if _matches(e, args)
+    ]
+
+
+def _print_events(events: Sequence[Event], args: argparse.Namespace, out: IO[str]) -> None:
+    if args.json:
+        for e in events:
+            print(event_json(e), file=out)
+        return
+    for line in table(EVENT_HEADERS, event_rows(events, args.style), args.style):
+        print(line, file=out)
+
+
+async def cmd_ledger_show(args: argparse.Namespace, out: IO[str]) -> int:
+    """Print the events that match the filters, as a table or JSON lines."""
+    async with open_ledger(args) as ledger:
+        events = await _read(ledger, args)
+    _print_events(events, args, out)
+    return 0
+
+
+async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
+    """Print the last events, then follow the ledger as another process appends to it."""
+    async with open_ledger(args) as ledger:
+        events = await _read(ledger, args)
+        seen = max((e.seq for e in events), default=0)
+        async for e in ledger.read(after=seen):
+            seen = e.seq  # the newest seq, matching or not
+        shown = events[-args.lines :] if args.lines > 0 else []
+        for e in shown:
+            print(_tail_line(e, args), file=out)
+        out.flush()
+        if not args.follow:
+            return 0
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        while deadline is None or time.monotonic() < deadline:
+            await asyncio.sleep(args.interval)
+            async for e in ledger.read(after=seen):
+                seen = e.seq
+                if _matches(e, args):
+                    print(_tail_line(e, args), file=out)
+            out.flush()
+    return 0
+
+
+def _tail_line(event: Event, args: argparse.Namespace) -> str:
+    if args.json:
+        return event_json(event)
+    style = args.style
+    ids = "/".join(x for x in (event.run_id, event.call_id) if x) or "-"
+    return (
+        f"{event.seq:>5} {clock_text(event.ts)} {style.tag(event.type)} "
+        f"{ids} {event.tool or '-'} {event_details(event)}".rstrip()
+    )
+
+
+async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
+    """Check the hash chain; exit 0 only when it is intact."""
+    async with open_ledger(args) as ledger:
+        verification = await ledger.verify()
+    print(verification_line(verification, args.style), file=out)
+    return 0 if verification.ok else 1
+
+
+async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
+    """Replay the ledger into the per-call audit; exit 1 when it has problems."""
+    from ..ledger import replay
+
+    async with open_ledger(args) as ledger:
+        events = [e async for e in ledger.read()]
+        verification = await ledger.verify()
+    audit = replay(events, verification)
+    if args.json:
+        problems = [msgspec.to_builtins(p) for p in audit.problems()]
+        calls = [
+            {
+                "run_id": r.run_id,
+                "call_id": r.call_id,
+                "tool": r.tool,
+                "digest": r.digest,
+                "ran_digest": r.ran_digest,
+                "approvals": msgspec.to_builtins(r.approvals),
+                "outcome": r.outcome,
+                "duration_ms": r.duration_ms,
+            }
+            for r in audit.calls.values()
+        ]
+        report = {"calls": calls, "chain": msgspec.to_builtins(audit.chain), "problems": problems}
+        print(json.dumps(report), file=out)
+    else:
+        for line in render_audit(audit, args.style):
+            print(line, file=out)
+    return 1 if audit.problems() else 0
+
+
+async def cmd_ledger_export(args: argparse.Namespace, out: IO[str]) -> int:
+    """Every event as a JSON line (with seq, prev and hash), for other tools."""
+    async with open_ledger(args) as ledger:
+        async for e in ledger.read():
+            print(event_json(e), file=out)
+    return 0

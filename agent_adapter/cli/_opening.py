@@ -1,0 +1,105 @@
+"""Opening a ledger file safely: refuse what must not be opened, translate failures.
+
+Reading commands never create a file; a file that is not an SQLite database is refused
+before SQLite sees it; writing commands refuse a read-only file. Every refusal is a
+``CliError``: one line on stderr, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+__all__ = ["CliError", "check_ledger_file", "open_ledger", "read_key", "sqlite_message"]
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line on stderr, exit status 1."""
+
+
+def check_ledger_file(path: Path, *, write: bool) -> None:
+    """Refuse, with one clear message, a file a command must not open.
+
+    Reading commands never create a file, so a missing one is an error; a file that is
+    not an SQLite database is refused before SQLite sees it (an empty file would
+    otherwise become a new ledger). Writing commands refuse a read-only file.
+    """
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path} is a directory, not a ledger file")
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(len(_SQLITE_HEADER))
+    except PermissionError:
+        raise CliError(f"{path}: permission denied (cannot read it)") from None
+    if not header:
+        raise CliError(f"{path} is empty, not a ledger")
+    if header != _SQLITE_HEADER:
+        raise CliError(f"{path} is not a ledger (not an SQLite database)")
+    if write:
+        # No write permission bit at all counts as read-only even for root, who could
+        # write anyway: the owner marked the file read-only on purpose.
+        mode = path.stat().st_mode
+        if not os.access(path, os.W_OK) or not mode & 0o222:
+            raise CliError(
+                f"{path} is read-only; this command records a decision and needs to write"
+            )
+        if not os.access(path.parent, os.W_OK):
+            raise CliError(f"{path.parent} is not writable (SQLite needs it for its journal)")
+
+
+def read_key(key_file: str | None) -> bytes | None:
+    """The HMAC key from ``--key-file``: the file's bytes, trailing newline removed."""
+    if key_file is None:
+        return None
+    try:
+        key = Path(key_file).read_bytes().rstrip(b"\r\n")
+    except FileNotFoundError:
+        raise CliError(f"key file {key_file}: no such file") from None
+    except OSError as exc:
+        raise CliError(f"key file {key_file}: {exc.strerror or exc}") from None
+    if not key:
+        raise CliError(f"key file {key_file} is empty")
+    return key
+
+
+def sqlite_message(path: Path, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return f"{path} is locked by another process ({text}); try again when it is released"
+    if "readonly" in text or "read-only" in text:
+        return f"{path} cannot be written ({text})"
+    if "not a database" in text or "malformed" in text:
+        return f"{path} is not a ledger or is corrupt ({text})"
+    return f"{path}: {text}"
+
+
+@contextlib.asynccontextmanager
+async def open_ledger(args: argparse.Namespace, *, write: bool = False) -> AsyncIterator[Ledger]:
+    """An opened ``SQLiteLedger`` on ``--db``, after the checks of ``check_ledger_file``."""
+    path = Path(args.db)
+    check_ledger_file(path, write=write)
+    key = read_key(getattr(args, "key_file", None))
+    from ..ledger._sqlite import SQLiteLedger
+
+    ledger = SQLiteLedger(str(path), key=key, busy_timeout_s=args.lock_timeout)
+    try:
+        try:
+            await ledger.open()
+            yield ledger
+        except sqlite3.Error as exc:
+            raise CliError(sqlite_message(path, exc)) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await ledger.close()

@@ -1,0 +1,231 @@
+"""Output: colour for terminals, tables, one-line event details, the audit report."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ..ledger import Audit, Event, Verification
+
+__all__ = [
+    "EVENT_HEADERS",
+    "Style",
+    "clock_text",
+    "compact",
+    "event_details",
+    "event_json",
+    "event_rows",
+    "render_audit",
+    "short",
+    "table",
+    "verification_line",
+]
+
+_BASE_FIELDS = frozenset({"seq", "ts", "run_id", "call_id", "tool", "prev", "hash"})
+_GOOD = frozenset({"call.succeeded", "call.cached", "call.replayed", "approval.granted"})
+_WAIT = frozenset({"call.pending", "approval.pending", "call.ambiguous"})
+_BAD = frozenset(
+    {
+        "call.failed",
+        "call.timed_out",
+        "call.cancelled",
+        "call.invalid",
+        "call.blocked",
+        "call.limited",
+        "call.denied",
+        "call.duplicate",
+        "approval.denied",
+        "hook.failed",
+    }
+)
+
+
+_ALWAYS_SHOWN = ("approved", "same_args")
+_ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+class Style:
+    """ANSI colour, on only for a terminal and only when ``NO_COLOR`` is unset."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: IO[str], *, force_off: bool = False) -> Style:
+        """Colour when ``stream`` is a TTY, ``NO_COLOR`` is unset and not ``force_off``."""
+        isatty = getattr(stream, "isatty", None)
+        tty = bool(isatty and isatty())
+        return cls(tty and not force_off and "NO_COLOR" not in os.environ)
+
+    def paint(self, text: str, *styles: str) -> str:
+        """``text`` wrapped in the codes of ``styles`` (unchanged when colour is off)."""
+        if not self.enabled or not styles:
+            return text
+        codes = ";".join(_ANSI[s] for s in styles)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    def tag(self, tag: str) -> str:
+        """An event tag coloured by what it means: green done, red refused, yellow open."""
+        if tag in _GOOD:
+            return self.paint(tag, "green")
+        if tag in _BAD:
+            return self.paint(tag, "red")
+        if tag in _WAIT:
+            return self.paint(tag, "yellow")
+        return tag
+
+
+def _visible_len(text: str) -> int:
+    # Column widths ignore ANSI codes so that coloured tables still line up.
+    width, skipping = 0, False
+    for ch in text:
+        if ch == "\x1b":
+            skipping = True
+        elif skipping:
+            skipping = ch != "m"
+        else:
+            width += 1
+    return width
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], style: Style) -> list[str]:
+    """Rows as left-aligned columns under a dim header; the last column is not padded."""
+    rows = [list(r) for r in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row[:-1]):
+            widths[i] = max(widths[i], _visible_len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c + " " * (widths[i] - _visible_len(c)) for i, c in enumerate(cells[:-1])]
+        return "  ".join([*parts, cells[-1]]).rstrip()
+
+    return [style.paint(line(headers), "dim"), *(line(r) for r in rows)]
+
+
+def short(digest: str | None, n: int = 12) -> str:
+    """A digest shortened for display ("-" for none)."""
+    return digest[:n] if digest else "-"
+
+
+def compact(value: Any, limit: int = 60) -> str:
+    """``value`` as compact JSON (text as is), cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def event_details(event: Event, *, limit: int = 60) -> str:
+    """The type-specific fields of ``event`` as ``name=value`` (digests shortened)."""
+    # Fields at their defaults are left out, except the yes/no answers whose default
+    # (False) is itself the news: a denial must not read as a blank.
+    fields = msgspec.to_builtins(event)
+    for name in _ALWAYS_SHOWN:
+        if hasattr(event, name):
+            fields[name] = getattr(event, name)
+    parts = []
+    for name, value in fields.items():
+        if name in _BASE_FIELDS or name == "type":
+            continue
+        if name in ("digest", "result_digest") and isinstance(value, str):
+            value = short(value)
+        elif name == "duration_ms":
+            value = f"{value:.1f}"
+        else:
+            value = compact(msgspec.to_builtins(value), limit)
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+def event_json(event: Event) -> str:
+    """One event as a JSON line: its tag, every field, and always seq, prev and hash."""
+    data = msgspec.to_builtins(event)
+    head = {"type": event.type, "seq": event.seq, "prev": event.prev, "hash": event.hash}
+    return msgspec.json.encode({**head, **data}).decode()
+
+
+def clock_text(ts: float) -> str:
+    """``ts`` (seconds) as a UTC date and time with milliseconds."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+def event_rows(events: Iterable[Event], style: Style) -> list[list[str]]:
+    """Table rows for ``events``: seq, time (UTC), type, run, call, tool, details."""
+    return [
+        [
+            str(e.seq),
+            clock_text(e.ts),
+            style.tag(e.type),
+            e.run_id or "-",
+            e.call_id or "-",
+            e.tool or "-",
+            event_details(e),
+        ]
+        for e in events
+    ]
+
+
+EVENT_HEADERS = ("seq", "time (UTC)", "type", "run", "call", "tool", "details")
+
+
+def _approval_text(record: Any) -> str:
+    if not record.approval_requested and not record.approvals:
+        return "-"
+    if not record.approvals:
+        return "requested, no decision"
+    texts = []
+    for a in record.approvals:
+        verb = "approved" if a.approved else "denied"
+        who = a.reviewer or "nobody"
+        texts.append(f"{verb} by {who} via {a.source}" + (" (edited)" if a.edited else ""))
+    return "; ".join(texts)
+
+
+def verification_line(verification: Verification, style: Style) -> str:
+    """One line: the chain is intact, broken at a named seq, or cannot be checked."""
+    if verification.ok:
+        return style.paint("chain: intact", "green") + f" ({verification.checked} events verified)"
+    if verification.first_bad_seq is None:
+        return style.paint("chain: cannot be checked", "yellow") + f": {verification.reason}"
+    return (
+        style.paint(f"chain: broken at seq {verification.first_bad_seq}", "red")
+        + f": {verification.reason}"
+    )
+
+
+def render_audit(audit: Audit, style: Style) -> list[str]:
+    """The audit as lines: one row per call, the chain's verification, then the problems."""
+    rows = []
+    for record in audit.calls.values():
+        digest = short(record.digest)
+        if record.ran_digest and record.ran_digest != record.digest:
+            digest += " -> " + short(record.ran_digest)
+        rows.append(
+            [
+                record.run_id,
+                record.call_id,
+                record.tool or "-",
+                digest,
+                _approval_text(record),
+                style.tag(record.outcome) if record.outcome else style.paint("(none)", "yellow"),
+            ]
+        )
+    lines = [f"calls: {len(audit.calls)}, events: {audit.events}"]
+    headers = ("run", "call", "tool", "args digest", "approval", "outcome")
+    lines += ["  " + row for row in table(headers, rows, style)]
+    if audit.chain is not None:
+        lines.append(verification_line(audit.chain, style))
+    problems = audit.problems()
+    if not problems:
+        lines.append(style.paint("problems: none", "green"))
+    else:
+        lines.append(style.paint(f"problems: {len(problems)}", "red", "bold"))
+        for p in problems:
+            where = f"seq {p.seq}" if p.seq is not None else "-"
+            lines.append(f"  {p.kind} ({where}): {p.message}")
+    return lines

@@ -1,0 +1,230 @@
+"""Operator decisions: ``agent-adapter approvals ...`` and ``agent-adapter effects ...``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+from ._logging import log_hooks
+from ._opening import CliError, open_ledger
+from ._render import clock_text, compact, table
+
+__all__ = [
+    "cmd_approvals_approve",
+    "cmd_approvals_deny",
+    "cmd_approvals_list",
+    "cmd_approvals_show",
+    "cmd_effects_list",
+    "cmd_effects_resolve",
+    "parse_edits",
+]
+
+
+def _reviewer(args: argparse.Namespace) -> str:
+    if args.reviewer:
+        return str(args.reviewer)
+    try:
+        return f"{getpass.getuser()} (cli)"
+    except Exception:
+        return "cli"
+
+
+def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` pairs; a value that parses as JSON is that value, else the text."""
+    edits: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise CliError(f"--edit {pair!r}: expected key=value")
+        try:
+            edits[name] = json.loads(raw)
+        except ValueError:
+            edits[name] = raw
+    return edits
+
+
+async def _request_status(ledger: Ledger, request_id: str) -> dict[str, Any]:
+    from ..ledger import ApprovalAnswered, ApprovalConsumed
+
+    status: dict[str, Any] = {"answered": None, "consumed_by": None}
+    async for e in ledger.read():
+        if isinstance(e, ApprovalAnswered) and e.request_id == request_id:
+            if status["answered"] is None:
+                status["answered"] = e
+        elif isinstance(e, ApprovalConsumed) and e.request_id == request_id:
+            if status["consumed_by"] is None:
+                status["consumed_by"] = (e.run_id, e.call_id)
+    return status
+
+
+async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
+    """The open (unanswered) approval requests, oldest first."""
+    from ..engine import DeferredApproval
+
+    async with open_ledger(args) as ledger:
+        pending = await DeferredApproval(ledger).pending()
+    if args.json:
+        for p in pending:
+            print(msgspec.json.encode(p).decode(), file=out)
+        return 0
+    if not pending:
+        print("no pending approval requests", file=out)
+        return 0
+    rows = [
+        [p.request_id, clock_text(p.ts), p.run_id, p.call_id, p.tool, compact(p.args)]
+        for p in pending
+    ]
+    headers = ("request", "asked (UTC)", "run", "call", "tool", "arguments")
+    for line in table(headers, rows, args.style):
+        print(line, file=out)
+    return 0
+
+
+async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
+    """One request: what was asked, and whether it was answered and used."""
+    from ..engine import DeferredApproval
+
+    async with open_ledger(args) as ledger:
+        request = await DeferredApproval(ledger).get(args.request_id)
+        status = await _request_status(ledger, args.request_id)
+    answered, consumed = status["answered"], status["consumed_by"]
+    if args.json:
+        data = msgspec.to_builtins(request)
+        data["answer"] = msgspec.to_builtins(answered) if answered else None
+        data["consumed_by"] = list(consumed) if consumed else None
+        print(json.dumps(data), file=out)
+        return 0
+    style = args.style
+    if answered is None:
+        state = style.paint("pending", "yellow")
+    else:
+        verb = "approved" if answered.approved else "denied"
+        state = style.paint(verb, "green" if answered.approved else "red")
+        state += f" by {answered.reviewer}"
+        if answered.reason:
+            state += f": {answered.reason}"
+        if answered.edits is not None:
+            state += f" (edited to {compact(answered.edits, 200)})"
+        state += "; " + (
+            f"used by call {consumed[1]} (run {consumed[0]})" if consumed else "not used yet"
+        )
+    lines = [
+        ("request", request.request_id),
+        ("status", state),
+        ("asked (UTC)", clock_text(request.ts)),
+        ("run", request.run_id),
+        ("call", request.call_id),
+        ("tool", request.tool),
+        ("arguments", compact(request.args, 400)),
+        ("digest", request.digest),
+        ("metadata", compact(request.metadata, 400)),
+    ]
+    for name, value in lines:
+        print(f"{style.paint(f'{name:<12}', 'dim')}{value}", file=out)
+    return 0
+
+
+async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> int:
+    from ..engine import DeferredApproval
+
+    edits = parse_edits(getattr(args, "edit", None) or ())
+    reviewer = _reviewer(args)
+    async with open_ledger(args, write=True) as ledger:
+        deferred = DeferredApproval(ledger)
+        request = await deferred.get(args.request_id)
+        full_edits = None
+        if edits:
+            # An edit replaces the arguments entirely: start from the ones asked about.
+            base = dict(request.args) if isinstance(request.args, dict) else {}
+            full_edits = {**base, **edits}
+            hidden = sorted(k for k, v in full_edits.items() if v == "[redacted]")
+            if hidden:
+                raise CliError(
+                    f"cannot edit request {args.request_id}: argument(s) {', '.join(hidden)} "
+                    "are redacted in the ledger; give their values with --edit"
+                )
+        await deferred.answer(
+            args.request_id,
+            approved=approved,
+            reviewer=reviewer,
+            reason=args.reason or "",
+            edits=full_edits,
+        )
+    verb = "approved" if approved else "denied"
+    text = f"{verb} request {args.request_id} ({request.tool}, run {request.run_id}) as {reviewer}"
+    if full_edits is not None:
+        text += f" with arguments {compact(full_edits, 200)}"
+    print(args.style.paint(text, "green" if approved else "red"), file=out)
+    return 0
+
+
+async def cmd_approvals_approve(args: argparse.Namespace, out: IO[str]) -> int:
+    """Approve an open request (optionally with edited arguments)."""
+    return await _answer(args, out, approved=True)
+
+
+async def cmd_approvals_deny(args: argparse.Namespace, out: IO[str]) -> int:
+    """Deny an open request."""
+    return await _answer(args, out, approved=False)
+
+
+# -- effects -------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _executor(args: argparse.Namespace, *, write: bool) -> AsyncIterator[Any]:
+    from ..engine import Executor
+
+    async with open_ledger(args, write=write) as ledger:
+        executor = Executor(ledger=ledger, hooks=log_hooks(args.logging))
+        await executor.start()
+        yield executor
+
+
+async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
+    """Ambiguous effect keys (or, with ``--all``, every key and its status)."""
+    async with _executor(args, write=False) as executor:
+        if args.all:
+            effects = {
+                k: (s.status, s.run_id, s.call_id) for k, s in executor.state.effects.items()
+            }
+        else:
+            effects = {k: ("ambiguous", r, c) for k, (r, c) in executor.ambiguous_effects().items()}
+    if args.json:
+        for key, (status, run_id, call_id) in effects.items():
+            record = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
+            print(json.dumps(record), file=out)
+        return 0
+    if not effects:
+        print("no ambiguous effects" if not args.all else "no effect keys", file=out)
+        return 0
+    style = args.style
+    rows = [
+        [key, style.paint(status, "yellow" if status == "ambiguous" else "green"), run, call]
+        for key, (status, run, call) in effects.items()
+    ]
+    for line in table(("key", "status", "run", "call"), rows, style):
+        print(line, file=out)
+    return 0
+
+
+async def cmd_effects_resolve(args: argparse.Namespace, out: IO[str]) -> int:
+    """Resolve an ambiguous key: ``--committed`` (it happened) or ``--failed`` (it did not)."""
+    outcome = "committed" if args.committed else "failed"
+    reviewer = _reviewer(args)
+    async with _executor(args, write=True) as executor:
+        await executor.resolve_effect(
+            args.key, outcome=outcome, reviewer=reviewer, reason=args.reason
+        )
+    meaning = "committed (later calls are refused)" if args.committed else "failed (key is free)"
+    print(f"resolved effect {args.key} as {meaning} by {reviewer}", file=out)
+    return 0
