@@ -10,8 +10,11 @@ function (``add(a, b)``), with a fresh ToolContext (a new call id) per call:
   appends requested / validated / started / succeeded to a ``MemoryLedger``.
 - ``bridge FunctionTool, confirm=True + token``: a gated tool whose call carries a token
   issued just before it (issue + take, approval from the context: two more events).
-- ``executor.run_spec`` alone: the engine without the bridge, for the split.
-- ``ToolContext()`` alone: building the per-call context, part of every tool figure.
+- ``executor.run_spec`` alone: the engine without the bridge (called as the bridge calls
+  it: a fresh run id per call, metadata), for the split.
+- ``ToolContext()`` alone: building the per-call context, part of every tool figure;
+  and ``ToolContext() + executor.run_spec``: both without the bridge, so that the
+  bridge's own share is the difference, per round.
 
 A fresh executor (and memory ledger) per block keeps ledger growth out of the figures.
 
@@ -24,7 +27,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from _harness import Variant, abench, header, parse_args, results_table
+from _harness import Variant, abench, fmt_ns, fmt_pct, header, parse_args, results_table, summarize
 from agents import function_tool as sdk_function_tool
 from agents.agent_tool_state import set_agent_tool_state_scope
 from agents.tool_context import ToolContext
@@ -95,7 +98,17 @@ def main() -> None:
         return await holder.gated.on_invoke_tool(ctx, ARGS)
 
     async def engine_op() -> Any:
-        ctx = CallContext(run_id="r", call_id=f"c{next(_ids)}")
+        # As the bridge calls it with tracing off: a fresh run per call, with metadata.
+        ctx = CallContext(
+            run_id=f"r{next(_ids)}", call_id=f"c{next(_ids)}", metadata={"integration": "x"}
+        )
+        return await holder.executor.run_spec(spec, ARGS, ctx)
+
+    async def context_engine_op() -> Any:
+        tool_ctx = _context("add")
+        ctx = CallContext(
+            run_id=f"r{next(_ids)}", call_id=tool_ctx.tool_call_id, metadata={"integration": "x"}
+        )
         return await holder.executor.run_spec(spec, ARGS, ctx)
 
     async def context_op() -> Any:
@@ -116,6 +129,7 @@ def main() -> None:
                 Variant("bridge FunctionTool, confirm=True + token", gated_op, setup=holder.reset),
                 Variant("executor.run_spec alone", engine_op, setup=holder.reset),
                 Variant("ToolContext() alone", context_op),
+                Variant("ToolContext() + executor.run_spec", context_engine_op, setup=holder.reset),
             ],
             baseline="sdk @function_tool",
             rounds=args.rounds,
@@ -128,6 +142,13 @@ def main() -> None:
         results_table(
             results, title="Per-call overhead: on_invoke_tool, ratio to the SDK's @function_tool"
         )
+    )
+    bridge = results["bridge FunctionTool"].samples
+    parts = results["ToolContext() + executor.run_spec"].samples
+    own, spread = summarize([b - p for b, p in zip(bridge, parts, strict=True)])
+    print(
+        "The bridge's own share (bridge FunctionTool - (ToolContext() + executor.run_spec), "
+        f"per round): {fmt_ns(own)} ns (spread {fmt_pct(spread)}).\n"
     )
     print(f"{args.rounds} rounds, median; spread = inter-quartile range / median.")
 
