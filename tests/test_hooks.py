@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,9 +12,9 @@ from structlog.testing import capture_logs
 
 from agent_adapter import CallContext, Executor, Outcome, Registry
 from agent_adapter.errors import (
+    AdapterError,
     ApprovalDenied,
     GuardrailBlocked,
-    ToolArgsInvalid,
     ToolError,
 )
 from agent_adapter.hooks import StructlogHook
@@ -92,25 +93,48 @@ async def test_before_tool_other_error_is_guardrail_blocked(clock: Any) -> None:
 
 
 async def test_after_tool_sees_every_outcome_that_reached_the_body(clock: Any) -> None:
-    """after_tool gets (call, Outcome) for calls that ran; not for calls stopped earlier."""
-    registry, echo = tools()
-    seen: list[tuple[str, str, Any, str | None]] = []
+    """after_tool gets (call, Outcome) with the caller's own error, only for calls that ran."""
+    registry = Registry()
+    refusal = ToolError("refused")
+    never = asyncio.Event()
+
+    def hide(call: Any, result: Any) -> None:
+        if result == "secret":
+            raise GuardrailBlocked("hidden")
+
+    @registry.tool(timeout=0.01, output_guards=[hide])
+    async def echo(text: str) -> str:
+        if text == "fail":
+            raise refusal
+        if text == "slow":
+            await never.wait()
+        return text
+
+    seen: list[tuple[str, Outcome]] = []
 
     class Observer:
         async def after_tool(self, call: Any, outcome: Outcome) -> None:
-            error = None if outcome.error is None else str(outcome.error)
-            seen.append((call.ctx.call_id, outcome.kind, outcome.value, error))
+            seen.append((call.ctx.call_id, outcome))
 
-    ledger = MemoryLedger()
-    executor = Executor(registry, ledger=ledger, hooks=[Observer()], clock=clock)
-    assert await executor.run_spec(echo, {"text": "hi"}, CallContext(run_id="r", call_id="a")) == (
-        "hi"
-    )
-    with pytest.raises(ToolError):
-        await executor.run_spec(echo, {"text": "fail"}, CallContext(run_id="r", call_id="b"))
-    with pytest.raises(ToolArgsInvalid):
-        await executor.run_spec(echo, {"text": 1}, CallContext(run_id="r", call_id="c"))
-    assert seen == [("a", "succeeded", "hi", None), ("b", "failed", None, "refused")]
+    executor = Executor(registry, hooks=[Observer()], clock=clock)
+    raised: list[BaseException] = []
+    for call_id, text in [("a", "hi"), ("b", "fail"), ("c", "slow"), ("d", "secret"), ("e", 1)]:
+        try:
+            await executor.run_spec(echo, {"text": text}, CallContext(run_id="r", call_id=call_id))
+        except AdapterError as exc:
+            raised.append(exc)
+    assert [type(e).__name__ for e in raised] == [
+        "ToolError",
+        "ToolTimeout",
+        "GuardrailBlocked",
+        "ToolArgsInvalid",
+    ]
+    assert seen == [
+        ("a", Outcome(kind="succeeded", value="hi")),
+        ("b", Outcome(kind="failed", error=refusal)),
+        ("c", Outcome(kind="timed_out", error=raised[1])),
+        ("d", Outcome(kind="blocked", error=raised[2])),
+    ]
 
 
 async def test_failing_after_tool_is_recorded_and_changes_nothing(clock: Any) -> None:

@@ -281,7 +281,7 @@ class Executor:
             call = await self._approve(run, call)
             return await self._execute(run, call)
         except _Stop as stop:
-            await self._end(run, stop.outcome)
+            await self._end(run, stop.outcome, error=stop.error)
             raise stop.error from getattr(stop.error, "__cause__", None)
         except asyncio.CancelledError:
             # Never swallowed: recorded as the call's outcome (unless it has one), re-raised.
@@ -450,14 +450,15 @@ class Executor:
             error=str(error),
         )
 
-    async def _end(self, run: _Run, outcome: Event, value: Any = None) -> None:
+    async def _end(
+        self, run: _Run, outcome: Event, value: Any = None, error: BaseException | None = None
+    ) -> None:
         """Record the one outcome (durable before the caller hears), then after_tool hooks."""
         self._emit(run, outcome)
         run.ended = True
         await self._flush(run)
         if run.reached_body and self._after and run.call is not None:
             kind = outcome.type.rpartition(".")[2]
-            error = None if kind == "succeeded" else RuntimeError(getattr(outcome, "error", ""))
             await self._after_hooks(run.call, Outcome(kind=kind, value=value, error=error), outcome)
 
     async def _end_shielded(self, run: _Run, outcome: Event) -> None:
