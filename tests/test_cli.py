@@ -1010,3 +1010,19 @@ def test_ledger_commands_do_not_import_the_agents_sdk(built: Built) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S
     )
     assert (done.returncode, done.stdout.splitlines()[-1], done.stderr) == (0, "0 False", "")
+
+
+@pytest.mark.parametrize("command", [READING[0], WRITING[0]], ids=ids([READING[0], WRITING[0]]))
+def test_corrupt_ledger_is_refused_unchanged(built: Built, command: list[str]) -> None:
+    """A ledger whose pages were overwritten: one line saying it is corrupt, exit 1, unchanged."""
+    with built.path.open("r+b") as fh:
+        fh.seek(4096)
+        fh.write(b"\xff" * 8192)
+    before = built.path.read_bytes()
+    done = cli(*command, "--db", built.db)
+    assert_one_line_error(
+        done,
+        f"ledger {built.db} is corrupt (reading its schema): database disk image is malformed",
+    )
+    # The ledger file itself (see test_ledger_of_a_newer_version_is_refused_unchanged).
+    assert built.path.read_bytes() == before
