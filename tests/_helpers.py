@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+import pytest
 
-from agent_adapter.ledger import Event
+from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger
 
 
 async def recorded(ledger: Any, **filters: Any) -> list[Event]:
@@ -56,3 +58,26 @@ async def assert_one_outcome_each(ledger: Any) -> None:
     requested = {(e.run_id, e.call_id) for e in events if e.type == "call.requested"}
     counts = Counter((e.run_id, e.call_id) for e in events if e.is_outcome)
     assert dict(counts) == dict.fromkeys(requested, 1)
+
+
+@pytest.fixture
+def every_call_has_one_outcome(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """After the test, every MemoryLedger it made has exactly one outcome per requested call.
+
+    A ledger standing for a crashed process opts out with ``ledger.allow_unfinished = True``.
+    """
+    created: list[MemoryLedger] = []
+    original = MemoryLedger.__init__
+
+    def init(self: MemoryLedger, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(MemoryLedger, "__init__", init)
+    yield
+    for ledger in created:
+        if getattr(ledger, "allow_unfinished", False):
+            continue
+        requested = {(r.run_id, r.call_id) for r in ledger.records if r.type == "call.requested"}
+        counts = Counter((r.run_id, r.call_id) for r in ledger.records if r.type in OUTCOME_TAGS)
+        assert dict(counts) == dict.fromkeys(requested, 1)

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _helpers import assert_one_outcome_each, recorded, types
+from _helpers import (
+    assert_one_outcome_each,
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+    types,
+)
 
 from agent_adapter import (
     ApprovalRequest,
@@ -34,6 +39,8 @@ from agent_adapter.ledger import (
     CallPending,
     MemoryLedger,
 )
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 D = digest({"order_id": "A1", "amount_cents": 500})
 COMMON = {"ts": 1000.0, "run_id": "r1", "call_id": "c1", "tool": "refund"}

@@ -7,11 +7,18 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from _helpers import assert_one_outcome_each, recorded, types
+from _helpers import (
+    assert_one_outcome_each,
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+    types,
+)
 
 from agent_adapter import CallbackApproval, CallContext, Executor, Registry, RunLimits
 from agent_adapter.errors import AmbiguousEffect, RunLimitExceeded
 from agent_adapter.ledger import CallCancelled, MemoryLedger
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 
 class Gate:

@@ -6,7 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from _helpers import assert_one_outcome_each, recorded, types
+from _helpers import (
+    assert_one_outcome_each,
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+    types,
+)
 
 from agent_adapter import CallContext, Decision, Executor, Registry, RunLimits, digest
 from agent_adapter.errors import (
@@ -30,6 +35,8 @@ from agent_adapter.ledger import (
     EffectResolved,
     MemoryLedger,
 )
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 
 def ctx(call_id: str, run_id: str = "r1") -> CallContext:

@@ -6,7 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from _helpers import assert_one_outcome_each, recorded, types
+from _helpers import (
+    assert_one_outcome_each,
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+    types,
+)
 
 from agent_adapter import CallContext, Executor, Registry, current_call, digest
 from agent_adapter.engine import MAX_ARGS_BYTES
@@ -31,6 +36,8 @@ from agent_adapter.ledger import (
     GuardVerdict,
     MemoryLedger,
 )
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 CTX = CallContext(run_id="r1", call_id="c1")
 ADD_DIGEST = digest({"a": 1, "b": 2})

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 import structlog
-from _helpers import assert_one_outcome_each, fields, recorded, types
+from _helpers import (
+    assert_one_outcome_each,
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    fields,
+    recorded,
+    types,
+)
 from structlog.testing import capture_logs
 
 from agent_adapter import CallContext, Executor, Outcome, Registry
@@ -19,6 +25,8 @@ from agent_adapter.errors import (
 )
 from agent_adapter.hooks import StructlogHook
 from agent_adapter.ledger import CallBlocked, HookFailed, MemoryLedger
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 CTX = CallContext(run_id="r1", call_id="c1")
 

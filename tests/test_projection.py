@@ -6,11 +6,17 @@ import asyncio
 from typing import Any
 
 import msgspec
-from _helpers import recorded
+import pytest
+from _helpers import (
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+)
 
 from agent_adapter import CallContext, Decision, Executor, Registry, RunLimits
 from agent_adapter.errors import AdapterError
 from agent_adapter.ledger import MemoryLedger
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 LIMITS = RunLimits(max_calls=5, max_calls_per_tool={"pay": 4, "quote": 2})
 
