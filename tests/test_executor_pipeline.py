@@ -606,3 +606,37 @@ async def test_redacted_values_never_reach_the_ledger(registry: Registry, clock:
     assert first.args == {"user": "a", "password": "[redacted]"}
     assert len(payloads) > len(calls) * 2
     await assert_one_outcome_each(ledger)
+
+
+async def test_sync_tool_sees_current_call_and_times_out(
+    registry: Registry, executor: Executor, ledger: MemoryLedger
+) -> None:
+    """A sync body runs in a thread with current_call() set; past its timeout it is ToolTimeout."""
+    import threading
+
+    release = threading.Event()
+    seen = []
+
+    @registry.tool(timeout=0.05, effect="job:{n}")
+    def job(n: int) -> int:
+        call = current_call()
+        seen.append(None if call is None else (call.ctx.call_id, call.effect_key))
+        if n == 2:
+            release.wait(10)
+        return n
+
+    assert await executor.run_spec(job, {"n": 1}, CallContext(run_id="r", call_id="a")) == 1
+    try:
+        with pytest.raises(ToolTimeout):
+            await executor.run_spec(job, {"n": 2}, CallContext(run_id="r", call_id="b"))
+    finally:
+        release.set()
+    assert seen == [("a", "job:1"), ("b", "job:2")]
+    assert await types(ledger, "b") == [
+        "call.requested",
+        "call.validated",
+        "effect.claimed",
+        "call.started",
+        "call.timed_out",
+    ]
+    assert executor.ambiguous_effects() == {"job:2": ("r", "b")}
