@@ -37,7 +37,7 @@ from agent_adapter.errors import (
     ToolTimeout,
     ToolUsageError,
 )
-from agent_adapter.ledger import CallReplayed, MemoryLedger
+from agent_adapter.ledger import CallReplayed, MemoryLedger, replay
 
 pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
@@ -307,3 +307,46 @@ async def test_port_is_not_asked_again_on_a_repeat(clock: Any) -> None:
     assert await w.call("guarded", {"x": 5}) == 5
     assert await w.call("guarded", {"x": 5}) == 5
     assert (asked, w.runs) == (["c1"], 1)
+
+
+async def test_a_call_that_died_before_starting_runs_again(clock: Any) -> None:
+    """After a crash before call.started (e.g. while a reviewer was asked), the ids may run."""
+    w = World(clock)
+    asked = asyncio.Event()
+    never = asyncio.Event()
+
+    async def slow_reviewer(request: Any) -> bool:
+        asked.set()
+        await never.wait()
+        return True
+
+    w.executor = Executor(
+        w.registry, ledger=w.ledger, clock=clock, approval=CallbackApproval(slow_reviewer)
+    )
+    task = asyncio.create_task(w.call("guarded", {"x": 3}))
+    await asked.wait()
+    crashed = MemoryLedger()
+    for event in await recorded(w.ledger):
+        await crashed.append(event)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await types(crashed) == ["call.requested", "call.validated", "approval.requested"]
+
+    restarted = await Executor.open(
+        w.registry, ledger=crashed, clock=clock, approval=CallbackApproval(lambda r: True)
+    )
+    ctx = CallContext(run_id="r1", call_id="c1")
+    assert await restarted.run_spec(w.registry.get("guarded"), {"x": 3}, ctx) == 3
+    assert await types(crashed) == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.granted",
+        "call.started",
+        "call.succeeded",
+    ]
+    assert (w.runs, replay(await recorded(crashed)).problems()) == (1, [])

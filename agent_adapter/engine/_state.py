@@ -117,11 +117,14 @@ class Projection:
         """After replay: keys claimed by calls that never finished become ambiguous.
 
         No call of the replaying process is running, so a claim without an outcome means
-        the body may have run when the old process died.
+        the body may have run when the old process died. A call that died before
+        ``call.started`` never ran its body: it is forgotten as in flight, so that a
+        repeat of its ids runs the pipeline again (step 0 refuses only started calls).
         """
         for state in self.effects.values():
             if state.status == "claimed":
                 state.status = "ambiguous"
+        self.inflight = {key: call for key, call in self.inflight.items() if call.started}
 
     # -- handlers ------------------------------------------------------------------------
 

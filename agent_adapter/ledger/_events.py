@@ -281,7 +281,7 @@ class CallPending(_Outcome, kw_only=True, omit_defaults=True, tag="call.pending"
 
 
 class CallCached(_Outcome, kw_only=True, omit_defaults=True, tag="call.cached"):
-    """Answered from the cache (``cached_seq``: the success it came from)."""
+    """Answered from the cache: ``result`` as cached, for arguments with ``digest``."""
 
     result: Any = None
     digest: str = ""
