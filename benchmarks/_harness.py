@@ -18,17 +18,21 @@ API (kept small and stable; other bench scripts import it):
 
 ``parse_args(description, argv=None) -> argparse.Namespace``
     Standard flags: ``--quick`` (a smoke run that finishes in seconds), ``--rounds N``,
-    ``--block-ms MS``. ``args.rounds`` and ``args.block_ms`` are filled in (quick or not).
+    ``--block-ms MS``, ``--clock wall|cpu``. ``args.rounds`` and ``args.block_ms`` are
+    filled in (quick or not); ``args.clock`` is None unless given.
 ``Variant(name, op, n=None, setup=None)``
     ``op`` is a zero-argument callable (sync benches) or a zero-argument coroutine
     function (async benches). ``n`` fixes the ops per block instead of calibrating.
     ``setup(n)``, when given, is called (sync, untimed) before every block of ``n`` ops,
     calibration blocks included: fresh state per block (a new ledger, a model scripted
     for ``n`` runs) so that state grown by earlier blocks never slows later ones.
-``bench(variants, *, baseline=None, rounds, block_ms) -> dict[str, Result]``
-``await abench(variants, *, baseline=None, rounds, block_ms) -> dict[str, Result]``
+``bench(variants, *, baseline=None, rounds, block_ms, clock="wall") -> dict[str, Result]``
+``await abench(variants, *, baseline=None, rounds, block_ms, clock="wall") -> dict[...]``
     Run the rounds. ``baseline`` names the variant that ratios are taken against (the
-    first variant when None). The dict keeps the variants' order.
+    first variant when None). The dict keeps the variants' order. ``clock="cpu"`` times
+    blocks with this thread's CPU time (``time.thread_time_ns``), so time the process
+    spends preempted by other processes on a shared machine is not counted; use it only
+    for CPU-bound work done in the calling thread (never for I/O, fsync or thread hops).
 ``Result``: ``name``, ``samples`` (ns/op per round, in round order), ``median_ns``,
     ``spread``, ``ratio`` (None for no baseline), ``n``.
 ``summarize(samples) -> (median, spread)`` and ``paired_ratio(samples, base_samples)``
@@ -86,6 +90,7 @@ QUICK_BLOCK_MS = 5.0
 DEFAULT_PACKAGES = ("agent-adapter", "msgspec", "openai-agents", "openai", "pydantic")
 
 _perf_ns = time.perf_counter_ns
+_CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -95,6 +100,12 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 15, quick 3)")
     parser.add_argument(
         "--block-ms", type=float, default=None, help="target ms per block (default 35, quick 5)"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default=None,
+        help="wall: perf_counter; cpu: this thread's CPU time (script default when omitted)",
     )
     args = parser.parse_args(argv)
     if args.rounds is None:
@@ -144,28 +155,36 @@ def paired_ratio(samples: Sequence[float], base: Sequence[float]) -> float:
 # -- timing -----------------------------------------------------------------------------
 
 
-def _block_sync(op: Callable[[], Any], n: int, setup: Callable[[int], Any] | None = None) -> float:
-    if setup is not None:
-        setup(n)
-    gc.collect()
-    r = range(n)
-    t0 = _perf_ns()
-    for _ in r:
-        op()
-    return (_perf_ns() - t0) / n
-
-
-async def _block_async(
-    op: Callable[[], Awaitable[Any]], n: int, setup: Callable[[int], Any] | None = None
+def _block_sync(
+    op: Callable[[], Any],
+    n: int,
+    setup: Callable[[int], Any] | None = None,
+    now: Callable[[], int] = _perf_ns,
 ) -> float:
     if setup is not None:
         setup(n)
     gc.collect()
     r = range(n)
-    t0 = _perf_ns()
+    t0 = now()
+    for _ in r:
+        op()
+    return (now() - t0) / n
+
+
+async def _block_async(
+    op: Callable[[], Awaitable[Any]],
+    n: int,
+    setup: Callable[[int], Any] | None = None,
+    now: Callable[[], int] = _perf_ns,
+) -> float:
+    if setup is not None:
+        setup(n)
+    gc.collect()
+    r = range(n)
+    t0 = now()
     for _ in r:
         await op()
-    return (_perf_ns() - t0) / n
+    return (now() - t0) / n
 
 
 def _next_n(n: int, per_op_ns: float, block_ms: float) -> int | None:
@@ -176,20 +195,20 @@ def _next_n(n: int, per_op_ns: float, block_ms: float) -> int | None:
     return None
 
 
-def _calibrate_sync(v: Variant, block_ms: float) -> int:
+def _calibrate_sync(v: Variant, block_ms: float, now: Callable[[], int]) -> int:
     n = 1
     while True:
-        per_op = _block_sync(v.op, n, v.setup)
+        per_op = _block_sync(v.op, n, v.setup, now)
         target = _next_n(n, per_op, block_ms)
         if target is not None:
             return target
         n *= 4
 
 
-async def _calibrate_async(v: Variant, block_ms: float) -> int:
+async def _calibrate_async(v: Variant, block_ms: float, now: Callable[[], int]) -> int:
     n = 1
     while True:
-        per_op = await _block_async(v.op, n, v.setup)
+        per_op = await _block_async(v.op, n, v.setup, now)
         target = _next_n(n, per_op, block_ms)
         if target is not None:
             return target
@@ -242,15 +261,17 @@ def bench(
     baseline: str | None = None,
     rounds: int = FULL_ROUNDS,
     block_ms: float = FULL_BLOCK_MS,
+    clock: str = "wall",
 ) -> dict[str, Result]:
     """Time synchronous variants in rotating rounds; ratios against ``baseline``."""
     _check(variants)
-    ns = {v.name: v.n or _calibrate_sync(v, block_ms) for v in variants}
+    now = _CLOCKS[clock]
+    ns = {v.name: v.n or _calibrate_sync(v, block_ms, now) for v in variants}
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
     for order in _orders(len(variants), rounds):
         for i in order:
             v = variants[i]
-            samples[v.name].append(_block_sync(v.op, ns[v.name], v.setup))
+            samples[v.name].append(_block_sync(v.op, ns[v.name], v.setup, now))
     return _summarise(variants, ns, samples, baseline)
 
 
@@ -260,15 +281,17 @@ async def abench(
     baseline: str | None = None,
     rounds: int = FULL_ROUNDS,
     block_ms: float = FULL_BLOCK_MS,
+    clock: str = "wall",
 ) -> dict[str, Result]:
     """Time async variants (coroutine functions) inside the running loop, like :func:`bench`."""
     _check(variants)
-    ns = {v.name: v.n or await _calibrate_async(v, block_ms) for v in variants}
+    now = _CLOCKS[clock]
+    ns = {v.name: v.n or await _calibrate_async(v, block_ms, now) for v in variants}
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
     for order in _orders(len(variants), rounds):
         for i in order:
             v = variants[i]
-            samples[v.name].append(await _block_async(v.op, ns[v.name], v.setup))
+            samples[v.name].append(await _block_async(v.op, ns[v.name], v.setup, now))
     return _summarise(variants, ns, samples, baseline)
 
 
