@@ -640,3 +640,19 @@ async def test_sync_tool_sees_current_call_and_times_out(
         "call.timed_out",
     ]
     assert executor.ambiguous_effects() == {"job:2": ("r", "b")}
+
+
+async def test_oversized_non_ascii_text_is_withheld_by_its_byte_size(
+    registry: Registry, executor: Executor, ledger: MemoryLedger
+) -> None:
+    """Text under 1 Mi characters but over 1 MiB in UTF-8 is refused and withheld alike."""
+
+    @registry.tool
+    async def echo(text: str) -> str:
+        return text
+
+    big = '{"text": "' + "é" * (MAX_ARGS_BYTES // 2) + '"}'
+    with pytest.raises(ToolArgsInvalid):
+        await executor.run_spec(echo, big, CTX)
+    size = len(big.encode())
+    assert (await recorded(ledger))[0].args == f"[withheld: {size} bytes, over the size limit]"

@@ -310,8 +310,12 @@ class Executor:
         # Raw text is recorded as given unless it names redacted values: then it is
         # parsed, and text that does not parse is withheld rather than leak a secret.
         # Text over the size limit is never parsed nor stored (validation refuses it).
-        if isinstance(args, _TEXT) and len(args) > MAX_ARGS_BYTES:
-            return f"[withheld: {len(args)} bytes, over the size limit]"
+        # A str is measured in UTF-8 bytes (as validation measures it), only when its
+        # length in characters says it may be over: up to 4 bytes per character.
+        if isinstance(args, _TEXT) and len(args) > MAX_ARGS_BYTES // 4:
+            size = len(args.encode("utf-8", "replace")) if isinstance(args, str) else len(args)
+            if size > MAX_ARGS_BYTES:
+                return f"[withheld: {size} bytes, over the size limit]"
         if isinstance(args, dict) or not spec.redact:
             if isinstance(args, _BINARY):
                 return bytes(args).decode("utf-8", "replace")
