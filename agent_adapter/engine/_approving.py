@@ -169,6 +169,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
 
 
 def _pending(self: Executor, run: _Run, request_id: str) -> Event:
+    """The ``call.pending`` outcome naming the deferred request that holds the call."""
     now = self._clock()
     return CallPending(
         ts=now,

@@ -24,6 +24,7 @@ __all__ = ["_blocked", "_checks", "_guard", "_invalid", "_limit"]
 
 
 def _invalid(self: Executor, run: _Run, message: str) -> Event:
+    """The ``call.invalid`` outcome for ``message`` (bad arguments or a bad edit)."""
     now = self._clock()
     return CallInvalid(
         ts=now,
@@ -36,6 +37,7 @@ def _invalid(self: Executor, run: _Run, message: str) -> Event:
 
 
 def _blocked(self: Executor, run: _Run, stage: str, by: str, reason: str, kind: str) -> Event:
+    """The ``call.blocked`` outcome: ``stage`` hook/input/output, ``by`` the hook or guard."""
     now = self._clock()
     return CallBlocked(
         ts=now,
@@ -80,6 +82,10 @@ async def _guard(
     guards: tuple[Callable[..., Any], ...],
     guard_args: tuple[Any, ...],
 ) -> None:
+    """Run ``guards`` in order; append ``guard.checked``; the first block stops the call.
+
+    Any exception other than GuardrailBlocked blocks too (fail closed), with its error.
+    """
     verdicts: list[GuardVerdict] = []
     blocked: GuardrailBlocked | None = None
     for guard in guards:
@@ -114,6 +120,7 @@ async def _guard(
 
 
 def _limit(self: Executor, run: _Run, call: Call) -> None:
+    """Step 5: ``call.limited`` when the run is over a limit, else count the call (once)."""
     limits = self.limits
     assert limits is not None
     inflight = self.state.inflight[run.key]

@@ -16,6 +16,11 @@ __all__ = ["_claim", "ambiguous_effects", "resolve_effect"]
 
 
 def _claim(self: Executor, run: _Run, call: Call) -> str:
+    """Step 8: claim the rendered effect key (``effect.claimed``) and return it.
+
+    A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
+    by a call with no outcome with ``call.ambiguous`` (AmbiguousEffect); neither runs.
+    """
     spec = run.spec
     try:
         key = spec.effect_key(call.args)

@@ -43,6 +43,11 @@ __all__ = ["_recorded_error", "_repeat", "_replayed_value"]
 
 
 async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
+    """Step 0: a repeat of a known (run_id, call_id); the body never runs again.
+
+    Same digest: ``call.replayed`` and the recorded value or error. Other digest:
+    ToolUsageError. A started call without an outcome: AmbiguousEffect.
+    """
     key = (ctx.run_id, ctx.call_id)
     recorded = self.state.outcomes.get(key)
     if recorded is None:
@@ -83,6 +88,7 @@ async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -
 
 
 def _replayed_value(self: Executor, outcome: Event) -> Any:
+    """The recorded outcome's value, or raise its error (ToolUsageError when none)."""
     if isinstance(outcome, CallSucceeded):
         if outcome.redacted:
             raise ToolUsageError(
@@ -99,6 +105,7 @@ def _replayed_value(self: Executor, outcome: Event) -> Any:
 
 
 def _recorded_error(outcome: Event) -> BaseException:
+    """The error a recorded outcome stands for, rebuilt from its kind and fields."""
     if isinstance(outcome, CallFailed):
         return error_from_kind(outcome.error_kind, outcome.error)
     if isinstance(outcome, CallTimedOut):

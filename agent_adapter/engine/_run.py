@@ -22,16 +22,19 @@ _ids = itertools.count(1)
 
 
 def _new_id(kind: str) -> str:
+    """A fresh id like ``call_<process prefix><counter>``."""
     # A process-random prefix and a counter: unique across processes, and ~10x cheaper
     # than uuid4 on the per-call path.
     return f"{kind}_{_ID_PREFIX}{next(_ids):x}"
 
 
 def _name_of(obj: Any) -> str:
+    """How a hook or guard is named in events: its ``name``, ``__name__`` or class name."""
     return str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
 
 
 async def _maybe_await(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (sync or async hooks, guards, rules)."""
     if inspect.isawaitable(value):
         return await value
     return value
