@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sqlite3
 import sys
 import tempfile
@@ -56,25 +57,42 @@ APPENDERS = (1, 16, 64)
 BATCH = 64
 
 
-def event(k: int, i: int) -> CallRequested:
-    """A typical ``call.requested`` (~150 bytes of payload)."""
+PREFIX = os.urandom(6).hex()
+
+
+def event(run: int, call: int, i: int, random_ids: bool = False) -> CallRequested:
+    """A typical ``call.requested`` (~170 bytes of payload).
+
+    Ids are made the way the executor makes them (a process prefix and a counter), so
+    concurrent runs' ids sit close together in the indexes; ``random_ids`` makes them
+    random instead (like the SDK's call ids), which scatters every commit over the
+    run_id and call_id indexes.
+    """
+    if random_ids:
+        run_id, call_id = f"run_{os.urandom(8).hex()}", f"call_{os.urandom(12).hex()}"
+    else:
+        run_id, call_id = f"run_{PREFIX}{run:x}", f"call_{PREFIX}{call:x}"
     return CallRequested(
         ts=1_700_000_000.0 + i,
-        run_id=f"run_{k:04x}",
-        call_id=f"call_{k:04x}_{i:06x}",
+        run_id=run_id,
+        call_id=call_id,
         tool="refund",
         args={"order_id": f"A{i}", "amount_cents": 500},
     )
 
 
-def events_for(tag: int, concurrency: int, per: int) -> list[list[CallRequested]]:
+def events_for(
+    tag: int, concurrency: int, per: int, random_ids: bool = False
+) -> list[list[CallRequested]]:
     """Fresh events for one block: ``per`` for each of ``concurrency`` appenders.
 
-    Appender k writes run ``run_<tag><k>`` with its own call ids, so a commit touches as
-    many places in the run_id and call_id indexes as there are appenders (as real
-    concurrent runs do).
+    Appender k is one run; its i-th call is numbered as if made at round i.
     """
-    return [[event(tag * 1_000 + k, i) for i in range(per)] for k in range(concurrency)]
+    base = tag * 10_000_000
+    return [
+        [event(base + k, base + i * concurrency + k, i, random_ids) for i in range(per)]
+        for k in range(concurrency)
+    ]
 
 
 def rows_for(tag: int, concurrency: int, per: int) -> list[tuple[Any, ...]]:
@@ -165,7 +183,8 @@ async def bench_appends(tmp: Path, quick: bool, rounds: int) -> str:
     raw1, rawb = Raw(tmp / "raw1.db"), Raw(tmp / "rawb.db")
     ledgers = {c: SQLiteLedger(tmp / f"ledger{c}.db") for c in APPENDERS}
     normal = SQLiteLedger(tmp / "normal.db", synchronous="NORMAL")
-    for ledger in (*ledgers.values(), normal):
+    scattered = SQLiteLedger(tmp / "scattered.db")
+    for ledger in (*ledgers.values(), normal, scattered):
         await ledger.open()
     tags = iter(range(1, 10**6))
 
@@ -195,6 +214,10 @@ async def bench_appends(tmp: Path, quick: bool, rounds: int) -> str:
         64 * per[64],
         ours(normal, 64),
     )
+    variants["SQLiteLedger.append, 64 appenders, random ids (scattered indexes)"] = (
+        64 * per[64],
+        lambda: appenders(scattered, events_for(next(tags), 64, per[64], random_ids=True)),
+    )
     try:
         # One untimed warm-up round (files created, pages cached), then the rounds.
         await rounds_of(variants, 1)
@@ -202,7 +225,7 @@ async def bench_appends(tmp: Path, quick: bool, rounds: int) -> str:
     finally:
         raw1.close()
         rawb.close()
-        for ledger in (*ledgers.values(), normal):
+        for ledger in (*ledgers.values(), normal, scattered):
             await ledger.close()
 
     names = list(variants)
@@ -353,9 +376,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ledger-", dir=args.dir) as name:
         tmp = Path(name)
         print(header(packages=("agent-adapter", "msgspec")), end="")
-        print(
-            f"- SQLite {sqlite3.sqlite_version}; files in {tmp} (filesystem of {args.dir or tempfile.gettempdir()})"
-        )
+        print(f"- SQLite {sqlite3.sqlite_version}; files in {tmp}")
         print(f"- rounds: {args.rounds}{' (quick)' if args.quick else ''}\n")
         print(await bench_appends(tmp, args.quick, args.rounds))
         print(await bench_replay(tmp, args.quick, args.rounds))
