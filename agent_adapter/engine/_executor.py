@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import AdapterError, ToolArgsInvalid, ToolFailed, ToolTimeout
+from ..errors import AdapterError, ToolArgsInvalid, ToolFailed, ToolTimeout, ToolUsageError
 from ..ledger._events import (
     CallCached,
     CallCancelled,
@@ -279,6 +279,8 @@ class Executor:
             token = _current.set(call)
             call = await self._checks(run, call)
             call = await self._approve(run, call)
+            if self._before or self._guards or spec.guards or spec.confirm is not False:
+                self._unchanged(run, call)
             return await self._execute(run, call)
         except _Stop as stop:
             await self._end(run, stop.outcome, error=stop.error)
@@ -305,6 +307,27 @@ class Executor:
                 _current.reset(token)
 
     # -- steps --------------------------------------------------------------------------
+
+    def _unchanged(self, run: _Run, call: Call) -> None:
+        """Refuse arguments changed in place since their digest was taken (``call.failed``).
+
+        Hooks, guards and confirm rules get the validated dict itself; approvals, the
+        cache and effect keys bind to its digest, so a change made in place would run
+        arguments nobody approved under the approved digest. Checked only when such
+        code ran for the call.
+        """
+        try:
+            same = digest(call.args) == call.digest
+        except (TypeError, ValueError, OverflowError):
+            same = False
+        if not same:
+            error = ToolUsageError(
+                f"the arguments of {call.tool} were changed in place after validation (by a "
+                "hook, guard or confirm rule); approvals, cache and effects bind to their digest"
+            )
+            failed = self._failed(run, error)
+            failed.counted = self.state.inflight[run.key].counted
+            raise _Stop(failed, error)
 
     def _requested_args(self, spec: ToolSpec, args: Any) -> Any:
         # Raw text is recorded as given unless it names redacted values: then it is
