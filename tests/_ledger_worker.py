@@ -120,9 +120,9 @@ async def run_steps(
 # -- commands -------------------------------------------------------------------------
 
 
-async def append_stream(path: str, appenders: str) -> None:
+async def append_stream(path: str, appenders: str, synchronous: str = "FULL") -> None:
     """Append forever from several tasks; print ``acked SEQ CALL_ID HASH`` after each."""
-    async with SQLiteLedger(path) as ledger:
+    async with SQLiteLedger(path, synchronous=synchronous) as ledger:
 
         async def appender(k: int) -> None:
             for i in range(10**9):
