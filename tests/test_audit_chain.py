@@ -86,7 +86,7 @@ def test_a_keyed_chain_needs_its_key() -> None:
     assert (verify_records(KEYED), verify_records(KEYED, key=b"other")) == (expected, expected)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_any_changed_byte_is_found(data: Any) -> None:
     """Changing any one byte of a stored payload, prev or hash is found at that record's seq."""

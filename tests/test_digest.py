@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_adapter import Registry, digest
@@ -157,12 +157,14 @@ def _shuffled(value: Any, rnd: Any) -> Any:
     return value
 
 
+@settings(deadline=None)  # timing is not under test; a loaded CI must not fail it
 @given(json_objects, st.randoms())
 def test_key_order_does_not_change_the_digest(args: dict[str, Any], rnd: Any) -> None:
     """The same object with its keys (at every level) in another order has the same digest."""
     assert digest(_shuffled(args, rnd)) == digest(args)
 
 
+@settings(deadline=None)  # timing is not under test; a loaded CI must not fail it
 @given(json_objects)
 def test_equal_values_give_equal_digests(args: dict[str, Any]) -> None:
     """A value and its JSON round trip (an equal, separately built value) digest equally."""
@@ -201,6 +203,7 @@ def _same_json(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+@settings(deadline=None)  # timing is not under test; a loaded CI must not fail it
 @given(json_objects, st.data())
 def test_any_change_gives_another_digest(args: dict[str, Any], data: Any) -> None:
     """Changing one value, key or length anywhere changes the digest."""

@@ -617,7 +617,7 @@ async def test_sync_tool_sees_current_call_and_times_out(
     release = threading.Event()
     seen = []
 
-    @registry.tool(timeout=0.05, effect="job:{n}")
+    @registry.tool(timeout=0.5, effect="job:{n}")
     def job(n: int) -> int:
         call = current_call()
         seen.append(None if call is None else (call.ctx.call_id, call.effect_key))

@@ -45,14 +45,16 @@ pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 class World:
     """Tools with behaviour chosen by arguments, and a counter of bodies run."""
 
-    def __init__(self, clock: Any, **executor_options: Any) -> None:
+    def __init__(self, clock: Any, act_timeout: float = 30, **executor_options: Any) -> None:
         self.registry = Registry()
         self.ledger = MemoryLedger()
         self.runs = 0
         self.gate = asyncio.Event()
         self.entered = asyncio.Event()
 
-        @self.registry.tool(effect="do:{key}", timeout=0.01)
+        # A short timeout only where a test wants one: a body held by a gate must not
+        # time out under a loaded machine.
+        @self.registry.tool(effect="do:{key}", timeout=act_timeout)
         async def act(key: str, mode: str = "ok") -> str:
             self.runs += 1
             self.entered.set()
@@ -126,7 +128,7 @@ async def test_repeat_of_a_failure_raises_the_recorded_error(
     clock: Any, mode: str, error_type: type[AdapterError], message: str
 ) -> None:
     """Same ids and digest after a failure: the recorded error again, and no second run."""
-    w = World(clock)
+    w = World(clock, act_timeout=0.01)
     with pytest.raises(error_type):
         await w.call("act", {"key": "k", "mode": mode})
     with pytest.raises(error_type) as info:
