@@ -388,3 +388,20 @@ async def test_lock_held_too_long_is_a_clear_error(tmp_path: Path) -> None:
             assert await ledger.verify() == Verification(ok=True, checked=2)
     finally:
         other.close()
+
+
+async def test_a_read_across_close_fails_instead_of_hanging(tmp_path: Path) -> None:
+    """A read still running when the ledger closes ends with LedgerError, never a hang."""
+    path = tmp_path / "l.db"
+    ledger = SQLiteLedger(path)
+    await ledger.append_many([requested(f"c{i}") for i in range(_READ_PAGE * 2 + 5)])
+    reader = ledger.read()
+    seen = [await anext(reader)]
+    await ledger.close()
+    with pytest.raises(LedgerError, match=r"l\.db is closed"):
+        async for event in reader:
+            seen.append(event)
+    # The pages fetched before the close are delivered; the next one is refused.
+    assert len(seen) == _READ_PAGE * 2
+    with pytest.raises(LedgerError, match="closed"):
+        await read_all(ledger)

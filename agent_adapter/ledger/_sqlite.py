@@ -205,12 +205,14 @@ def _probe(path: str) -> None:
 class _Worker:
     """A daemon thread that owns one sqlite3 connection; the loop talks to it by queue."""
 
-    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, name: str, path: str, connect: Callable[[], sqlite3.Connection]) -> None:
         self._connect = connect
+        self._closed_message = f"ledger {path} is closed"
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._ready: asyncio.Future[None] | None = None
         self._stopped: asyncio.Future[None] | None = None
+        self.stopping = False
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -220,6 +222,10 @@ class _Worker:
         await self._ready
 
     async def stop(self) -> None:
+        # Set on the loop thread before the stop is queued, and checked (on the loop
+        # thread) before any work is queued: no work can land behind the stop and wait
+        # forever.
+        self.stopping = True
         self.queue.put(_STOP)
         assert self._stopped is not None
         await asyncio.shield(self._stopped)
@@ -254,17 +260,21 @@ class _Worker:
             else:
                 _deliver(future, result)
 
-    async def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
+        """Queue ``fn(conn)``; the future gets its result (LedgerError once stopping)."""
         future = asyncio.get_running_loop().create_future()
-        self.queue.put((fn, future))
-        return await future
+        if self.stopping:
+            future.set_exception(LedgerError(self._closed_message))
+        else:
+            self.queue.put((fn, future))
+        return future
 
 
 class _Writer(_Worker):
     """The group-commit writer: each wake-up drains the queue into one transaction."""
 
     def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
-        super().__init__(f"agent-adapter ledger writer {ledger.path}", connect)
+        super().__init__(f"agent-adapter ledger writer {ledger.path}", ledger.path, connect)
         self._path = ledger.path
         self._key = ledger._key
         self._wait_s = ledger._busy_timeout_s
@@ -452,7 +462,9 @@ class SQLiteLedger:
                 raise LedgerError(f"ledger {self.path} is closed")
             writer = _Writer(self, self._connect_writer)
             await writer.start()
-            reader = _Worker(f"agent-adapter ledger reader {self.path}", self._connect_reader)
+            reader = _Worker(
+                f"agent-adapter ledger reader {self.path}", self.path, self._connect_reader
+            )
             try:
                 await reader.start()
             except BaseException:
@@ -655,12 +667,8 @@ class SQLiteLedger:
                 events.append(event)
             return events
 
-        loop = asyncio.get_running_loop()
-
         def submit(start: int) -> asyncio.Future[list[Event]]:
-            future: asyncio.Future[list[Event]] = loop.create_future()
-            reader.queue.put((functools.partial(fetch, start), future))
-            return future
+            return reader.submit(functools.partial(fetch, start))
 
         future: asyncio.Future[list[Event]] | None = submit(after)
         try:
@@ -717,7 +725,7 @@ class SQLiteLedger:
             except sqlite3.Error as exc:
                 raise _translate(path, "verifying", exc, self._busy_timeout_s) from exc
 
-        result: Verification = await reader.run(check)
+        result: Verification = await reader.submit(check)
         return result
 
 
