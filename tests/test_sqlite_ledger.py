@@ -405,3 +405,38 @@ async def test_a_read_across_close_fails_instead_of_hanging(tmp_path: Path) -> N
     assert len(seen) == _READ_PAGE * 2
     with pytest.raises(LedgerError, match="closed"):
         await read_all(ledger)
+
+
+async def test_changed_index_column_is_named(tmp_path: Path) -> None:
+    """Changing an indexed column (so that filtered reads would hide a row) is named too."""
+    path = tmp_path / "l.db"
+    await fill(path, 4)
+    query(path, "UPDATE events SET run_id = 'elsewhere' WHERE seq = 3")
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=2,
+            first_bad_seq=3,
+            reason="seq 3: its indexed columns do not match its payload (altered)",
+        )
+
+
+async def test_events_of_a_newer_version_verify(tmp_path: Path) -> None:
+    """A row of a type this version does not know reads as UnknownEvent and verifies."""
+    from agent_adapter.ledger import UnknownEvent, chain_hash
+
+    path = tmp_path / "l.db"
+    [first] = await fill(path, 1)
+    payload = b'{"type":"call.teleported","ts":2.0,"run_id":"r1","call_id":"c9","to":"mars"}'
+    query(
+        path,
+        "INSERT INTO events VALUES (2, 'call.teleported', 'r1', 'c9', '', 2.0, ?, ?, ?)",
+        payload,
+        first.hash,
+        chain_hash(2, first.hash, payload),
+    )
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=2)
+        [_, newer] = await read_all(ledger)
+        assert isinstance(newer, UnknownEvent)
+        assert (newer.original_type, newer.data) == ("call.teleported", {"to": "mars"})

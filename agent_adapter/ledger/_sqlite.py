@@ -30,7 +30,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -38,7 +38,7 @@ import msgspec
 
 from ..errors import LedgerError
 from ._chain import Record, Verification, chain_hash, make_record, verify_records
-from ._events import Event, decode_event
+from ._events import Event, UnknownEvent, decode_event
 
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
@@ -702,13 +702,13 @@ class SQLiteLedger:
         key, path = self._key, self.path
 
         def check(conn: sqlite3.Connection) -> Verification:
-            try:
-                cursor = conn.execute(
-                    "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
-                    " FROM events ORDER BY seq"
-                )
-                records = (
-                    Record(
+            # The hash covers the payload; reads filter on the indexed columns. So the
+            # columns must say what the payload says, or a filtered read could hide events.
+            mismatch: list[int] = []
+
+            def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
+                for row in cursor:
+                    record = Record(
                         seq=row[0],
                         type=row[1],
                         run_id=row[2],
@@ -719,14 +719,49 @@ class SQLiteLedger:
                         prev=row[7],
                         hash=row[8],
                     )
-                    for row in cursor
+                    if not mismatch and not _columns_match(record):
+                        mismatch.append(record.seq)
+                    yield record
+
+            try:
+                cursor = conn.execute(
+                    "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
+                    " FROM events ORDER BY seq"
                 )
-                return verify_records(records, key)
+                result = verify_records(records(cursor), key)
             except sqlite3.Error as exc:
                 raise _translate(path, "verifying", exc, self._busy_timeout_s) from exc
+            # A broken hash or link at or before that row is the stronger finding.
+            bad = result.first_bad_seq
+            if mismatch and (result.ok or (bad is not None and mismatch[0] < bad)):
+                seq = mismatch[0]
+                return Verification(
+                    ok=False,
+                    checked=seq - 1,
+                    first_bad_seq=seq,
+                    reason=f"seq {seq}: its indexed columns do not match its payload (altered)",
+                )
+            return result
 
         result: Verification = await reader.submit(check)
         return result
+
+
+def _columns_match(record: Record) -> bool:
+    """True when the indexed columns of ``record`` are those of its payload's event."""
+    try:
+        event = decode_event(record.payload)
+    except Exception:
+        return False
+    # An event of a type this version does not know decodes as UnknownEvent.
+    kind = event.original_type if isinstance(event, UnknownEvent) else event.type
+    return (kind, event.run_id, event.call_id, event.tool, event.ts) == (
+        record.type,
+        record.run_id,
+        record.call_id,
+        record.tool,
+        record.ts,
+    )
 
 
 def _ignore_result(future: asyncio.Future[Any]) -> None:
