@@ -312,8 +312,8 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
         committed = executor.state.effects.get(f"refund:{ORDER_ID}")
         if committed is None or committed.status != "committed":
             print(
-                "  the refund was denied: the SDK rejected the call before it reached the tool,\n"
-                "  so no refund was made and there is nothing a retry could duplicate; skipped",
+                "  the refund was denied: the SDK rejected the call and the tool never ran\n"
+                "  (the ledger records who denied it); nothing a retry could duplicate; skipped",
                 file=out,
             )
         else:

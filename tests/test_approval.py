@@ -37,6 +37,7 @@ from agent_adapter.ledger import (
     ApprovalRequested,
     CallDenied,
     CallPending,
+    CallValidated,
     MemoryLedger,
 )
 
@@ -581,3 +582,52 @@ async def test_deferred_edits_keep_redacted_values_out_of_the_ledger(clock: Any)
     assert (b"4111-1111" in payloads, b"5500-0000" in payloads) == (False, False)
     granted = [e for e in await recorded(ledger) if e.type == "approval.granted"]
     assert [e.digest for e in granted] == [digest({"card": "4111-1111", "amount": 5})]
+
+
+async def test_refuse_records_a_framework_denial_without_running_anything(clock: Any) -> None:
+    """refuse(): the denial is on record (who, why, which digest); no hook, guard or body runs."""
+    seen: list[str] = []
+
+    class Hook:
+        def before_tool(self, call: Any) -> None:
+            seen.append("before_tool")
+
+    def guard(call: Any) -> None:
+        seen.append("guard")
+
+    registry, refund, ran = make(guards=[guard])
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, hooks=[Hook()], clock=clock)
+    assert await executor.refuse(refund, ARGS, ctx(), reviewer="ops", reason="too large") is True
+    events = await recorded(ledger)
+    request_id = events[2].request_id
+    assert events[1:] == [
+        CallValidated(seq=2, **COMMON, digest=D),
+        ApprovalRequested(seq=3, **COMMON, request_id=request_id, digest=D),
+        ApprovalRejected(
+            seq=4,
+            **COMMON,
+            request_id=request_id,
+            reviewer="ops",
+            source="port",
+            digest=D,
+            reason="too large",
+        ),
+        CallDenied(seq=5, **COMMON, reviewer="ops", reason="too large"),
+    ]
+    assert (ran, seen) == ([], [])
+    # The same call id again records nothing more; a later run of that id replays the denial.
+    assert await executor.refuse(refund, ARGS, ctx(), reviewer="ops", reason="again") is False
+    assert len(await recorded(ledger)) == 5
+    with pytest.raises(ApprovalDenied):
+        await executor.run_spec(refund, ARGS, ctx())
+    assert ran == []
+
+
+async def test_refuse_records_invalid_arguments_as_invalid(clock: Any) -> None:
+    """refuse() of arguments that do not validate records call.invalid, not an approval."""
+    registry, refund, _ran = make()
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, clock=clock)
+    assert await executor.refuse(refund, "{not json", ctx(), reviewer="ops") is True
+    assert await types(ledger) == ["call.requested", "call.invalid"]

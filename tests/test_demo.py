@@ -28,6 +28,14 @@ TURN_1_LOOKUP = [
     ("call.started", "call_lookup_1"),
     ("call.succeeded", "call_lookup_1"),
 ]
+DENIED = [
+    *TURN_1_LOOKUP,
+    ("call.requested", "call_refund_1"),
+    ("call.validated", "call_refund_1"),
+    ("approval.requested", "call_refund_1"),
+    ("approval.denied", "call_refund_1"),
+    ("call.denied", "call_refund_1"),
+]
 APPROVED = [
     *TURN_1_LOOKUP,
     ("call.requested", "call_refund_1"),
@@ -124,16 +132,19 @@ def test_demo_audit_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_demo_deny_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--deny: the refund never runs, no retry is attempted, the ledger holds only the lookup."""
+    """--deny: the refund never runs, no retry is attempted, the ledger records bob's denial."""
     db = tmp_path / "demo.db"
     code, out, err = run_demo(capsys, "--db", str(db), "--deny", "--reviewer", "bob")
     assert (code, err) == (0, "")
-    assert [(e.type, e.call_id) for e in events(db)] == TURN_1_LOOKUP
+    recorded = events(db)
+    assert [(e.type, e.call_id) for e in recorded] == DENIED
+    (denied,) = [e for e in recorded if e.type == "approval.denied"]
+    assert (denied.reviewer, denied.source, denied.reason) == ("bob", "port", "--deny")
     lines = out.splitlines()
     assert "  --deny: denied as bob" in lines
     assert "agent: I could not refund order A1001: refund was not approved: --deny." in lines
     assert "refunds the payment API received: 0" in lines
-    assert "chain: intact (4 events verified)" in lines
+    assert "chain: intact (9 events verified)" in lines
 
 
 def test_demo_edit_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,7 +242,7 @@ def test_demo_terminal_denial_and_end_of_input(tmp_path: Path, typed: str, reaso
     assert f"agent: I could not refund order A1001: refund was not approved: {reason}.\n" in (
         out.getvalue()
     )
-    assert [(e.type, e.call_id) for e in events(db)] == TURN_1_LOOKUP
+    assert [(e.type, e.call_id) for e in events(db)] == DENIED
 
 
 def test_demo_without_a_terminal_denies_and_does_not_hang(tmp_path: Path) -> None:
@@ -251,9 +262,7 @@ def test_demo_without_a_terminal_denies_and_does_not_hang(tmp_path: Path) -> Non
         in done.stdout.splitlines()
     )
     assert f"ledger: {tmp_path / 'agent-adapter-demo.db'}" in done.stdout.splitlines()
-    assert [(e.type, e.call_id) for e in events(tmp_path / "agent-adapter-demo.db")] == (
-        TURN_1_LOOKUP
-    )
+    assert [(e.type, e.call_id) for e in events(tmp_path / "agent-adapter-demo.db")] == DENIED
 
 
 def test_demo_refuses_a_directory_as_its_ledger(tmp_path: Path) -> None:

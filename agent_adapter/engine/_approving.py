@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -16,16 +16,19 @@ from ..ledger._events import (
     ApprovalRequested,
     CallDenied,
     CallPending,
+    CallRequested,
+    CallValidated,
     Event,
 )
 from ._approval import REDACTED, ApprovalRequest, Decision
-from ._context import Call, _current
+from ._context import Call, CallContext, _current
 from ._run import _maybe_await, _Run, _Stop, _validated
 
 if TYPE_CHECKING:
     from ._executor import Executor
+    from ._spec import ToolSpec
 
-__all__ = ["_approve", "_pending", "_port_records"]
+__all__ = ["_approve", "_pending", "_port_records", "refuse"]
 
 
 async def _approve(self: Executor, run: _Run, call: Call) -> Call:
@@ -197,3 +200,86 @@ async def _port_records(self: Executor, requested: ApprovalRequested) -> None:
     ]
     if records:
         await self._dispatch(records)
+
+
+async def refuse(
+    self: Executor,
+    spec: ToolSpec,
+    args: Any,
+    ctx: CallContext,
+    *,
+    reviewer: str = "",
+    reason: str = "",
+    source: str = "port",
+) -> bool:
+    """Record a call that was denied before it reached the executor; nothing runs.
+
+    A bridge calls this when a framework will never invoke the tool because a reviewer
+    said no at the framework's own pause (the OpenAI Agents SDK's ``RunState.reject``),
+    so the ledger still shows who denied which arguments. Appends ``call.requested``,
+    then ``call.invalid`` for arguments that do not validate, else ``call.validated``,
+    ``approval.requested``, ``approval.denied`` and ``call.denied``. No hook, guard,
+    limit, cache, effect or body runs. Returns False, recording nothing, when the call
+    id already has events (the refusal is already on record, or the call ran).
+    """
+    key = (ctx.run_id, ctx.call_id)
+    if key in self.state.outcomes or key in self.state.inflight:
+        return False
+    clock = self._clock
+    run = _Run(spec, ctx, clock())
+    self._emit(
+        run,
+        CallRequested(
+            ts=run.t0,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            args=self._requested_args(spec, args),
+            metadata=ctx.metadata,
+        ),
+    )
+    try:
+        _args, call_digest = _validated(spec, args)
+    except ToolArgsInvalid as exc:
+        await self._end(run, self._invalid(run, str(exc)), error=exc)
+        return True
+    for event in (
+        CallValidated(
+            ts=clock(), run_id=ctx.run_id, call_id=ctx.call_id, tool=spec.name, digest=call_digest
+        ),
+        ApprovalRequested(
+            ts=clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            request_id=os.urandom(16).hex(),
+            digest=call_digest,
+        ),
+    ):
+        self._emit(run, event)
+    now = clock()
+    self._emit(
+        run,
+        ApprovalRejected(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            request_id=run.buffer[-1].request_id,  # type: ignore[attr-defined]
+            reviewer=reviewer,
+            source=source,
+            digest=call_digest,
+            reason=reason,
+        ),
+    )
+    denied = CallDenied(
+        ts=now,
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        reviewer=reviewer,
+        reason=reason,
+    )
+    await self._end(run, denied)
+    return True

@@ -69,6 +69,7 @@ class Executor:
     _approve = _approving._approve
     _pending = _approving._pending
     _port_records = _approving._port_records
+    refuse = _approving.refuse
     _claim = _effects._claim
     resolve_effect = _effects.resolve_effect
     ambiguous_effects = _effects.ambiguous_effects

@@ -117,8 +117,8 @@ async def test_approved_call_runs_once_with_the_approval_in_the_ledger() -> None
 
 
 async def test_rejected_call_never_runs_and_the_model_sees_approval_denied() -> None:
-    """A rejected call is rejected on the state with a model-visible approval-denied error and never
-    reaches the executor."""
+    """A rejected call never runs, the model sees approval-denied, and the ledger records who
+    denied which arguments."""
     registry, ran = build()
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger)
@@ -135,7 +135,15 @@ async def test_rejected_call_never_runs_and_the_model_sees_approval_denied() -> 
         "c1": '{"error":{"kind":"approval-denied","message":"refund was not approved: too large"}}'
     }
     assert ran == []
-    assert await call_types(ledger, "c1") == []
+    assert await call_types(ledger, "c1") == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.denied",
+        "call.denied",
+    ]
+    [rejected] = [e async for e in ledger.read() if isinstance(e, ApprovalRejected)]
+    assert (rejected.reviewer, rejected.source, rejected.reason) == ("ops", "port", "too large")
 
 
 async def test_valid_edit_runs_the_edited_arguments_only() -> None:
@@ -240,7 +248,8 @@ async def test_bad_json_pauses_in_the_sdk_and_is_denied_without_asking() -> None
         '{"error":{"kind":"approval-denied","message":"refund was not approved: '
         "its arguments are invalid"
     )
-    assert await call_types(ledger, "c1") == []
+    # The refusal is on record: the executor saw the text and found it invalid.
+    assert await call_types(ledger, "c1") == ["call.requested", "call.invalid"]
 
 
 async def test_rule_that_says_no_lets_the_call_through_and_the_executor_runs_it_again() -> None:
@@ -321,7 +330,13 @@ async def test_parallel_calls_in_one_turn_are_decided_one_by_one() -> None:
         "call.started",
         "call.succeeded",
     ]
-    assert await call_types(ledger, "c3") == []
+    assert await call_types(ledger, "c3") == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.denied",
+        "call.denied",
+    ]
 
 
 async def test_deferred_approval_works_in_two_phases() -> None:

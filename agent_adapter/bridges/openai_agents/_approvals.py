@@ -17,10 +17,10 @@ from agents import RunState
 from agents.agent_tool_state import get_agent_tool_state_scope
 from agents.items import ToolApprovalItem
 
-from ...engine import ApprovalPort, ApprovalRequest, Decision, digest
+from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, digest
 from ...errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
 from ._errors import error_output
-from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration
+from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, state_run_id
 from ._tools import Export, export_of
 
 __all__ = ["resolve_interruptions"]
@@ -150,6 +150,7 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
         items.append(_Item(item, export, call_id, args_digest, await _ask(port, request)))
     _check_edits(items)
     _apply(state, items)
+    await _record_refusals(state, items, run_id)
     return state
 
 
@@ -165,6 +166,34 @@ def _check_edits(items: Iterable[_Item]) -> None:
                 "reach it; reject the item yourself (state.reject(item)) or decide it again "
                 "under a new run_id"
             )
+
+
+async def _record_refusals(state: RunState[Any, Any], items: list[_Item], run_id: str) -> None:
+    """Put each denial of an exported tool's call in its executor's ledger.
+
+    The SDK never invokes a rejected tool, so without this the ledger would not show who
+    denied which arguments; the executor records it (``Executor.refuse``), nothing runs.
+    """
+    denied = [
+        entry
+        for entry in items
+        if entry.export is not None
+        and entry.call_id
+        and entry.decision is not None
+        and not entry.decision.approved
+    ]
+    if not denied:
+        return
+    run = state_run_id(state, run_id)
+    for entry in denied:
+        assert entry.export is not None and entry.decision is not None
+        await entry.export.executor.refuse(
+            entry.export.spec,
+            entry.item.arguments or "",
+            CallContext(run_id=run, call_id=entry.call_id, metadata={"integration": NAME}),
+            reviewer=entry.decision.reviewer,
+            reason=entry.decision.reason,
+        )
 
 
 def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
