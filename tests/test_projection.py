@@ -186,3 +186,25 @@ async def test_start_after_live_calls_does_not_count_twice(clock: Any) -> None:
         assert snapshot(executor) == before
         assert await executor.call("quote", {"sku": "abc"}, run_id="r", call_id="c2") == 3
     assert executor.state.run_calls == {"r": 2}
+
+
+async def test_an_executor_nobody_started_replays_its_ledger_before_the_first_call() -> None:
+    """Executor(ledger=...) without open()/start(): the first call replays, so a committed
+    effect key still refuses a second refund."""
+    from agent_adapter.errors import DuplicateEffect
+
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.tool(effect="refund:{order_id}")
+    async def refund(order_id: str) -> str:
+        ran.append(order_id)
+        return "ok"
+
+    ledger = MemoryLedger()
+    first = Executor(registry, ledger=ledger)
+    assert await first.call("refund", {"order_id": "A1"}) == "ok"
+    second = Executor(registry, ledger=ledger)  # a new process, started by nobody
+    with pytest.raises(DuplicateEffect):
+        await second.call("refund", {"order_id": "A1"})
+    assert ran == ["A1"]

@@ -222,6 +222,8 @@ async def refuse(
     limit, cache, effect or body runs. Returns False, recording nothing, when the call
     id already has events (the refusal is already on record, or the call ran).
     """
+    if not self._started:
+        await self._ensure_started()
     key = (ctx.run_id, ctx.call_id)
     if key in self.state.outcomes or key in self.state.inflight:
         return False

@@ -105,6 +105,8 @@ async def resolve_effect(
         raise ToolUsageError('outcome must be "committed" or "failed"')
     if not reviewer:
         raise ToolUsageError("resolving an effect needs a reviewer name")
+    if not self._started:
+        await self._ensure_started()
     state = self.state.effects.get(key)
     if state is None or state.status != "ambiguous":
         status = "unknown" if state is None else state.status

@@ -110,6 +110,7 @@ class Executor:
             if spec.cache is not None:
                 self.state.cache_ttl[spec.name] = spec.cache
         self._started = False
+        self._start_lock: asyncio.Lock | None = None
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -142,6 +143,15 @@ class Executor:
         state.settle()
         self.state = state
         self._started = True
+
+    async def _ensure_started(self) -> None:
+        # An executor on an existing ledger that nobody started would forget its limits,
+        # effect keys and finished calls: the first call replays the ledger instead. The
+        # lock makes concurrent first calls wait for one replay.
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            await self.start()
 
     async def close(self) -> None:
         """Close the ledger (idempotent)."""
@@ -241,6 +251,8 @@ class Executor:
         runs) and exactly one outcome (durable before this returns). Returns the tool's
         value or raises the error of the outcome's kind.
         """
+        if not self._started:
+            await self._ensure_started()
         key = (ctx.run_id, ctx.call_id)
         if key in self.state.outcomes or key in self.state.inflight:
             return await self._repeat(spec, args, ctx)
