@@ -88,8 +88,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # SQLiteLedger imports aiosqlite; load it on first use so `import agent_adapter.ledger`
-    # stays light.
+    # SQLiteLedger (sqlite3, worker threads) loads on first use, so that
+    # `import agent_adapter.ledger` stays light.
     if name == "SQLiteLedger":
         from ._sqlite import SQLiteLedger
 
