@@ -35,3 +35,21 @@ def test_engine_example_runs_and_prints_the_audit() -> None:
     assert lines[3].endswith("[('callback', 'port')] call.duplicate")
     assert lines[4] == "problems: []"
     assert len(lines) == 5
+
+
+def test_durable_example_runs_the_body_once_across_a_restart() -> None:
+    """The SQLite example charges once; after a restart the same call is answered from the file."""
+    done = subprocess.run(
+        [sys.executable, "-c", _example("durable")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "charging A1",
+        "charged 500 on A1",
+        "charged 500 on A1",
+        "True",
+    ]
