@@ -50,6 +50,10 @@ class Record(msgspec.Struct, kw_only=True):
 
 _sha256 = hashlib.sha256
 
+# Event class -> its tag, filled on first use: the ``type`` property costs a descriptor
+# call and two attribute lookups per record otherwise. Classes only; tags are permanent.
+_TAGS: dict[type, str] = {}
+
 
 def chain_hash(seq: int, prev: str, payload: bytes, key: bytes | None = None) -> str:
     """H(seq, prev hash, payload): SHA-256, or HMAC-SHA256 with ``key``."""

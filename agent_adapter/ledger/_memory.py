@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
-from ._chain import Record, Verification, make_record, verify_records
-from ._events import Event, decode_event
+from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
+from ._events import Event, _encoder, decode_event
 
 __all__ = ["MemoryLedger"]
 
@@ -40,7 +40,48 @@ class MemoryLedger:
 
     async def append_many(self, events: Sequence[Event]) -> list[Event]:
         """Store ``events`` contiguously, in order."""
-        return [self._append(event) for event in events]
+        if self._key is not None:
+            return [self._append(event) for event in events]
+        # make_record inlined for the unkeyed chain (the executor's per-call path appends
+        # 2-4 events at a time): the same payload, hash and Record, with the lookups
+        # hoisted out of the loop. No await inside: the chain stays gap-free.
+        records = self._records
+        store = records.append
+        encode = _encoder.encode
+        tags = _TAGS
+        seq = len(records)
+        prev = self._last_hash
+        for event in events:
+            if event.seq or event.prev or event.hash:
+                event.seq = 0
+                event.prev = ""
+                event.hash = ""
+            payload = encode(event)
+            seq += 1
+            digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()
+            event.seq = seq
+            event.prev = prev
+            event.hash = digest
+            cls = type(event)
+            tag = tags.get(cls)
+            if tag is None:
+                tag = tags[cls] = event.type
+            store(
+                Record(
+                    seq=seq,
+                    type=tag,
+                    run_id=event.run_id,
+                    call_id=event.call_id,
+                    tool=event.tool,
+                    ts=event.ts,
+                    payload=payload,
+                    prev=prev,
+                    hash=digest,
+                )
+            )
+            prev = digest
+        self._last_hash = prev
+        return list(events)
 
     async def read(
         self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None
