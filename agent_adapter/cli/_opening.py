@@ -1,7 +1,9 @@
 """Opening a ledger file safely: refuse what must not be opened, translate failures.
 
-Reading commands never create a file; a file that is not an SQLite database is refused
-before SQLite sees it; writing commands refuse a read-only file. Every refusal is a
+Reading commands open the ledger read-only (``SQLiteLedger(readonly=True)``): they never
+create or change a file, never wait for another process's write lock, and work on a
+read-only file or directory. A file that is not an SQLite database is refused before
+SQLite sees it; writing commands refuse a read-only file. Every refusal is a
 ``CliError``: one line on stderr, exit status 1.
 """
 
@@ -87,13 +89,16 @@ def sqlite_message(path: Path, exc: sqlite3.Error) -> str:
 
 @contextlib.asynccontextmanager
 async def open_ledger(args: argparse.Namespace, *, write: bool = False) -> AsyncIterator[Ledger]:
-    """An opened ``SQLiteLedger`` on ``--db``, after the checks of ``check_ledger_file``."""
+    """An opened ``SQLiteLedger`` on ``--db``, after the checks of ``check_ledger_file``.
+
+    Read-only unless ``write``: a reading command must not need the write lock.
+    """
     path = Path(args.db)
     check_ledger_file(path, write=write)
     key = read_key(getattr(args, "key_file", None))
     from ..ledger._sqlite import SQLiteLedger
 
-    ledger = SQLiteLedger(str(path), key=key, busy_timeout_s=args.lock_timeout)
+    ledger = SQLiteLedger(str(path), key=key, busy_timeout_s=args.lock_timeout, readonly=not write)
     try:
         try:
             await ledger.open()

@@ -17,7 +17,13 @@ event survives a crash of the process, not of the machine.
 
 Files. Opening probes the file read-only first: a non-SQLite file, a corrupt file, an
 SQLite file with other tables, or a ledger written by a newer schema raises
-``LedgerError`` naming the path, and nothing in it is changed.
+``LedgerError`` naming the path, and nothing in it or beside it is changed (the probe
+creates no -wal/-shm files).
+
+Read-only. ``readonly=True`` starts no writer: one thread with a query-only connection
+that never takes the write lock, so it reads while another process holds it, and works
+on a file or directory it cannot write. See ``_connect_snapshot`` for how it avoids
+creating -wal/-shm files.
 """
 
 from __future__ import annotations
@@ -70,7 +76,11 @@ _INSERT = (
 _LAST = "SELECT seq, prev, hash, payload FROM events ORDER BY seq DESC LIMIT 1"
 
 # Primary result codes (the low byte of an extended code).
-_BUSY, _LOCKED, _CORRUPT, _FULL, _NOTADB = 5, 6, 11, 13, 26
+_BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
+# Files beside a ledger that some connection has open (or that a crashed one left).
+_JOURNALS = ("-wal", "-journal")
+# Snapshot reads torn by a writer that arrived meanwhile are retried this many times.
+_SNAPSHOT_TRIES = 5
 _STOP = object()
 _astuple = msgspec.structs.astuple
 
@@ -175,31 +185,123 @@ def _inspect(conn: sqlite3.Connection, path: str) -> dict[str, str] | None:
     return meta
 
 
-def _probe(path: str) -> None:
-    """Read-only checks before anything opens ``path`` for writing."""
+def _signature(path: str) -> tuple[int, ...] | None:
+    """What changes when anyone writes the file: its identity, size and mtime, and
+    whether a WAL or rollback journal is beside it (None when it is gone)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    sidecars = tuple(int(os.path.exists(path + suffix)) for suffix in _JOURNALS)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, *sidecars)
+
+
+def _connect_snapshot(path: str, wait_s: float) -> tuple[sqlite3.Connection, Any]:
+    """A read-only connection to ``path`` that creates no file beside it.
+
+    Returns ``(conn, signature)``. With a WAL (or journal) file beside the ledger, some
+    connection has it open (or one crashed): ``mode=ro`` shares its -wal/-shm, sees
+    every commit and never waits for the write lock; the signature is None. Otherwise
+    nobody has the file open, so the file alone holds every committed event: it is
+    opened ``immutable=1`` (no locks, and no -wal/-shm created, which ``mode=ro`` would
+    do and could not safely remove while another process may have started using them)
+    and the signature it had is returned: whoever reads through it must check the
+    signature again after reading (``_checked``). When ``mode=ro`` cannot open (the -shm
+    is missing in a directory that is not writable), it falls back to ``immutable=1``,
+    which sees the file alone: not what a crashed writer left in its WAL, and no
+    concurrent writer.
+    """
+    signature = _signature(path)
+    if signature is None:
+        raise LedgerError(f"ledger {path}: no such file")
+    uri = f"file:{quote(path)}"
+    if any(signature[-len(_JOURNALS) :]):
+        conn = sqlite3.connect(
+            f"{uri}?mode=ro", uri=True, timeout=wait_s, isolation_level=None,
+            check_same_thread=False,
+        )  # fmt: skip
+        try:
+            # Opening is lazy: read the schema now, so a -shm that cannot be made fails here.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn, None
+        except sqlite3.Error as exc:
+            conn.close()
+            if _primary_code(exc) not in (_CANTOPEN, _READONLY):
+                raise _translate(path, "opening read-only", exc, wait_s) from exc
+    try:
+        conn = sqlite3.connect(
+            f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise _translate(path, "opening read-only", exc, wait_s) from exc
+    return conn, signature
+
+
+class _Changed(Exception):
+    """The file changed while it was read as an immutable snapshot: read it again."""
+
+
+def _checked(
+    conn: sqlite3.Connection, signature: Any, path: str, fn: Callable[[sqlite3.Connection], Any]
+) -> Any:
+    """``fn(conn)``; for a snapshot, ``_Changed`` unless the file was untouched throughout.
+
+    A snapshot takes no lock, so a writer that arrived while it read could have made
+    the read torn (a result, or an error such as "malformed", from a half-written file).
+    """
+    if signature is None:
+        return fn(conn)
+    try:
+        result = fn(conn)
+    except Exception:
+        if _signature(path) != signature:
+            raise _Changed from None
+        raise
+    if _signature(path) != signature:
+        raise _Changed
+    return result
+
+
+def _probe(path: str, *, must_exist: bool = False, wait_s: float = 0.0) -> dict[str, str] | None:
+    """Read-only checks before anything opens ``path`` for writing; the ledger's meta.
+
+    Nothing is created or changed (-wal/-shm files included, see ``_connect_snapshot``),
+    so a refused file is left exactly as it was. None for a missing or empty database.
+    """
     try:
         with open(path, "rb") as f:
             header = f.read(len(_SQLITE_HEADER))
     except FileNotFoundError:
-        return
+        if must_exist:
+            raise LedgerError(
+                f"ledger {path}: no such file (a read-only ledger is never created)"
+            ) from None
+        return None
     except OSError as exc:
         raise LedgerError(f"ledger {path} cannot be read: {exc}") from exc
     if not header:
-        return  # an empty file is an empty database: it becomes a ledger
+        return None  # an empty file is an empty database: it becomes a ledger
     if header != _SQLITE_HEADER:
         raise LedgerError(
             f"{path} is not an SQLite database (so not a ledger); it was left unchanged"
         )
-    try:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise _translate(path, "opening read-only", exc, 0) from exc
-    try:
-        _inspect(conn, path)
-    except sqlite3.Error as exc:
-        raise _translate(path, "reading its schema", exc, 0) from exc
-    finally:
-        conn.close()
+
+    def inspect(conn: sqlite3.Connection) -> dict[str, str] | None:
+        try:
+            return _inspect(conn, path)
+        except sqlite3.Error as exc:
+            raise _translate(path, "reading its schema", exc, wait_s) from exc
+
+    for _ in range(_SNAPSHOT_TRIES):
+        conn, signature = _connect_snapshot(path, wait_s)
+        try:
+            meta: dict[str, str] | None = _checked(conn, signature, path, inspect)
+            return meta
+        except _Changed:
+            continue
+        finally:
+            conn.close()
+    raise LedgerError(f"ledger {path}: reading its schema: the file kept changing; try again")
 
 
 class _Worker:
@@ -213,6 +315,7 @@ class _Worker:
         self._ready: asyncio.Future[None] | None = None
         self._stopped: asyncio.Future[None] | None = None
         self.stopping = False
+        self.conn: sqlite3.Connection | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -233,19 +336,19 @@ class _Worker:
     def _main(self) -> None:
         assert self._ready is not None and self._stopped is not None
         try:
-            conn = self._connect()
+            self.conn = self._connect()
         except BaseException as exc:
             _deliver(self._ready, error=exc)
             _deliver(self._stopped)
             return
         _deliver(self._ready)
         try:
-            self.serve(conn)
+            self.serve()
         finally:
-            conn.close()
+            self.conn.close()
             _deliver(self._stopped)
 
-    def serve(self, conn: sqlite3.Connection) -> None:
+    def serve(self) -> None:
         """Run ``fn(conn)`` for each queued ``(fn, future)`` until stopped."""
         get = self.queue.get
         while True:
@@ -254,11 +357,15 @@ class _Worker:
                 return
             fn, future = item
             try:
-                result = fn(conn)
+                result = self.call(fn)
             except BaseException as exc:
                 _deliver(future, error=exc)
             else:
                 _deliver(future, result)
+
+    def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        assert self.conn is not None
+        return fn(self.conn)
 
     def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
         """Queue ``fn(conn)``; the future gets its result (LedgerError once stopping)."""
@@ -270,6 +377,53 @@ class _Worker:
         return future
 
 
+class _ReadOnlyReader(_Worker):
+    """The only thread of a read-only ledger: a query-only connection that never writes.
+
+    Its connection comes from ``_connect_snapshot``. A snapshot (immutable) connection
+    is checked before each job: once the file changed (a writer arrived or finished),
+    it is reopened, live through the writer's WAL when there is one; and each job's
+    result is kept only if the file did not change while it ran.
+    """
+
+    def __init__(self, ledger: SQLiteLedger) -> None:
+        super().__init__(f"agent-adapter ledger reader {ledger.path}", ledger.path, self._open)
+        self._path = ledger.path
+        self._wait_s = ledger._busy_timeout_s
+        self._snapshot: Any = None
+        self.meta: dict[str, str] | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        # The first open checks the file as a writer's probe would; the file must exist.
+        if self.meta is None:
+            meta = _probe(self._path, must_exist=True, wait_s=self._wait_s)
+            if meta is None:
+                raise LedgerError(
+                    f"ledger {self._path} is an empty database, not a ledger yet (a "
+                    "read-only ledger is never created)"
+                )
+            self.meta = meta
+        conn, self._snapshot = _connect_snapshot(self._path, self._wait_s)
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        for _ in range(_SNAPSHOT_TRIES):
+            snapshot = self._snapshot
+            if snapshot is not None and _signature(self._path) != snapshot:
+                assert self.conn is not None
+                self.conn.close()
+                self.conn = self._open()
+            assert self.conn is not None
+            try:
+                return _checked(self.conn, self._snapshot, self._path, fn)
+            except _Changed:
+                continue
+        raise LedgerError(
+            f"ledger {self._path}: reading: the file kept changing while it was read; try again"
+        )
+
+
 class _Writer(_Worker):
     """The group-commit writer: each wake-up drains the queue into one transaction."""
 
@@ -279,7 +433,9 @@ class _Writer(_Worker):
         self._key = ledger._key
         self._wait_s = ledger._busy_timeout_s
 
-    def serve(self, conn: sqlite3.Connection) -> None:
+    def serve(self) -> None:
+        conn = self.conn
+        assert conn is not None
         get, get_nowait = self.queue.get, self.queue.get_nowait
         while True:
             item = get()
@@ -394,7 +550,8 @@ def _unchain(events: list[Event]) -> None:
 class SQLiteLedger:
     """A ledger in one SQLite file (WAL mode), shared safely by several processes.
 
-    ``SQLiteLedger(path, *, synchronous="FULL", key=None, busy_timeout_s=30.0)``.
+    ``SQLiteLedger(path, *, synchronous="FULL", key=None, busy_timeout_s=30.0,
+    readonly=False)``.
 
     - ``append``/``append_many`` return once the events are committed; concurrent
       appends share one transaction (group commit). With ``synchronous="FULL"`` a
@@ -406,6 +563,13 @@ class SQLiteLedger:
     - ``key`` (bytes) makes every hash an HMAC; the file records that it is keyed
       (never the key). Without the key such a file can be read, but ``verify()``
       reports that it cannot check and appends raise ``LedgerError``.
+    - ``readonly=True`` opens for reading only: no writer thread, one query-only
+      connection, nothing created or changed (a missing file is a ``LedgerError``, and
+      so is ``append``). It never waits for another process's write lock. While another
+      connection has the file open it reads live through that WAL; while nobody does,
+      it reads the file as an immutable snapshot and reopens once the file changes. In
+      a directory it cannot write, a file with a WAL but no -shm is read without the
+      WAL: what a crashed writer left there (and any concurrent writer) is not seen.
     - ``open()`` is called on first use; ``close()`` waits for queued appends.
       Use one ledger object from one event loop.
     """
@@ -417,6 +581,7 @@ class SQLiteLedger:
         synchronous: str = "FULL",
         key: bytes | None = None,
         busy_timeout_s: float = 30.0,
+        readonly: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         if self.path == ":memory:" or self.path.startswith("file::memory:"):
@@ -427,17 +592,21 @@ class SQLiteLedger:
         if key is not None and not isinstance(key, bytes | bytearray):
             raise TypeError("key must be bytes")
         self.synchronous = mode
+        self.readonly = bool(readonly)
         self._key = bytes(key) if key is not None else None
         self._busy_timeout_s = float(busy_timeout_s)
         self._keyed = False
         self._writer: _Writer | None = None
         self._reader: _Worker | None = None
+        self._readonly_message = f"ledger {self.path} is open read-only"
         self._open_lock = asyncio.Lock()
         self._staged: list[_Batch] = []
         self._kick_scheduled = False
         self._closed = False
 
     def __repr__(self) -> str:
+        if self.readonly:
+            return f"SQLiteLedger({self.path!r}, readonly=True)"
         return f"SQLiteLedger({self.path!r}, synchronous={self.synchronous!r})"
 
     @property
@@ -451,15 +620,22 @@ class SQLiteLedger:
         """Check (read-only first) or create the file and start the threads; idempotent.
 
         Raises ``LedgerError`` naming the file when it is not a ledger, is corrupt, was
-        written by a newer version, or does not fit the key.
+        written by a newer version, or does not fit the key; read-only, also when it is
+        missing or an empty database.
         """
-        if self._writer is not None:
+        if self._reader is not None:
             return
         async with self._open_lock:
-            if self._writer is not None:
+            if self._reader is not None:
                 return
             if self._closed:
                 raise LedgerError(f"ledger {self.path} is closed")
+            if self.readonly:
+                only = _ReadOnlyReader(self)
+                await only.start()
+                self._keyed = (only.meta or {}).get("keyed") == "1"
+                self._reader = only
+                return
             writer = _Writer(self, self._connect_writer)
             await writer.start()
             reader = _Worker(
@@ -577,7 +753,7 @@ class SQLiteLedger:
     async def append(self, event: Event) -> Event:
         """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
         if self._writer is None:
-            await self.open()
+            await self._open_for_appends()
         await self._stage([event])
         return event
 
@@ -586,9 +762,15 @@ class SQLiteLedger:
         batch = list(events)
         if batch:
             if self._writer is None:
-                await self.open()
+                await self._open_for_appends()
             await self._stage(batch)
         return batch
+
+    async def _open_for_appends(self) -> None:
+        # Off the hot path: only reached while no writer runs, which read-only is always.
+        if self.readonly:
+            raise LedgerError(self._readonly_message)
+        await self.open()
 
     def _stage(self, events: list[Event]) -> asyncio.Future[None]:
         """Queue ``events`` for the next commit; the future is settled once it committed."""
