@@ -257,42 +257,50 @@ class Executor:
         if key in self.state.outcomes or key in self.state.inflight:
             return await self._repeat(spec, args, ctx)
         clock = self._clock
+        state = self.state
         run = _Run(spec, ctx, clock())
-        if spec.cache is not None and spec.name not in self.state.cache_ttl:
-            self.state.cache_ttl[spec.name] = spec.cache
-        self._emit(
-            run,
-            CallRequested(
-                ts=run.t0,
-                run_id=ctx.run_id,
-                call_id=ctx.call_id,
-                tool=spec.name,
-                args=self._requested_args(spec, args),
-                metadata=ctx.metadata,
-            ),
+        if spec.cache is not None and spec.name not in state.cache_ttl:
+            state.cache_ttl[spec.name] = spec.cache
+        # The projection's handlers are called directly for the events this function
+        # builds (the type is known here): the same code replay reaches through
+        # Projection.apply, without its dispatch per event.
+        requested = CallRequested(
+            ts=run.t0,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            args=self._requested_args(spec, args),
+            metadata=ctx.metadata,
         )
+        state._requested(requested)
+        run.buffer.append(requested)
         token = None
         try:
             try:
                 validated, call_digest = _validated(spec, args)
             except ToolArgsInvalid as exc:
                 raise _Stop(self._invalid(run, str(exc)), exc) from None
-            self._emit(
-                run,
-                CallValidated(
-                    ts=clock(),
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    tool=spec.name,
-                    digest=call_digest,
-                ),
+            validated_event = CallValidated(
+                ts=clock(),
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                tool=spec.name,
+                digest=call_digest,
             )
+            state._validated(validated_event)
+            run.buffer.append(validated_event)
             call = Call(tool=spec.name, spec=spec, args=validated, digest=call_digest, ctx=ctx)
             run.call = call
             token = _current.set(call)
-            call = await self._checks(run, call)
-            call = await self._approve(run, call)
-            if self._before or self._guards or spec.guards or spec.confirm is not False:
+            # Steps 3-6 are awaited only when they have something to do for this call
+            # (no hook, guard, limit or confirm rule: nothing to run, nothing recorded).
+            checked = bool(self._before or self._guards or spec.guards)
+            if checked or self.limits is not None:
+                call = await self._checks(run, call)
+            if spec.confirm is not False:
+                call = await self._approve(run, call)
+                checked = True
+            if checked:
                 self._unchanged(run, call)
             return await self._execute(run, call)
         except _Stop as stop:
@@ -392,23 +400,40 @@ class Executor:
             call = msgspec.structs.replace(call, effect_key=effect_key)
             run.call = call
             _current.set(call)
-        self._emit(
-            run,
-            CallStarted(
-                ts=clock(),
-                run_id=ctx.run_id,
-                call_id=ctx.call_id,
-                tool=spec.name,
-                digest=call.digest,
-                effect_key=effect_key or "",
-            ),
+        started = CallStarted(
+            ts=clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            digest=call.digest,
+            effect_key=effect_key or "",
         )
+        self.state._started(started)
+        run.buffer.append(started)
         run.started = True
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
-        # forgotten one.
-        await self._flush(run)
+        # forgotten one. (_flush inlined: the buffer is never empty here.)
+        events, run.buffer = run.buffer, []
+        await self.ledger.append_many(events)
+        if self._observed:
+            await self._dispatch(events)
         run.reached_body = True
-        result = await self._body(run, call)
+        try:
+            if spec.timeout is not None:
+                result = await self._timed(run, call)
+            elif spec.is_async:
+                result = await spec.fn(**call.args)
+            else:
+                result = await asyncio.to_thread(spec.fn, **call.args)
+        except _Stop:
+            raise
+        except AdapterError as exc:
+            raise _Stop(self._failed(run, exc), exc) from None
+        except Exception as exc:
+            # A TimeoutError that is not our deadline's lands here too: the tool's own.
+            error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            raise _Stop(self._failed(run, error), error) from None
         if spec.output_guards or self._output_guards:
             await self._guard(
                 run, call, "output", spec.output_guards + self._output_guards, (call, result)
@@ -439,44 +464,44 @@ class Executor:
                 duration_ms=(now - run.t0) * 1000.0,
                 result=builtins,
             )
-        await self._end(run, outcome, value=result)
+        # _end inlined for the success outcome (the common one): same order of steps.
+        self.state._outcome(outcome)
+        run.buffer.append(outcome)
+        run.ended = True
+        events, run.buffer = run.buffer, []
+        await self.ledger.append_many(events)
+        if self._observed:
+            await self._dispatch(events)
+        if self._after:
+            await self._after_hooks(
+                call, Outcome(kind="succeeded", value=result, error=None), outcome
+            )
         return result
 
-    async def _body(self, run: _Run, call: Call) -> Any:
+    async def _timed(self, run: _Run, call: Call) -> Any:
+        """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``."""
         spec = run.spec
         fn = spec.fn
         try:
-            if spec.timeout is None:
-                if spec.is_async:
-                    return await fn(**call.args)
-                return await asyncio.to_thread(fn, **call.args)
             async with asyncio.timeout(spec.timeout) as scope:
                 if spec.is_async:
                     return await fn(**call.args)
                 return await asyncio.to_thread(fn, **call.args)
-        except TimeoutError as exc:
-            if spec.timeout is not None and scope.expired():
-                now = self._clock()
-                raise _Stop(
-                    CallTimedOut(
-                        ts=now,
-                        run_id=run.ctx.run_id,
-                        call_id=run.ctx.call_id,
-                        tool=spec.name,
-                        duration_ms=(now - run.t0) * 1000.0,
-                        timeout_s=spec.timeout,
-                    ),
-                    ToolTimeout(f"{spec.name} did not finish within {spec.timeout} s"),
-                ) from None
-            error = ToolFailed(f"{spec.name} failed: TimeoutError: {exc}")
-            error.__cause__ = exc
-            raise _Stop(self._failed(run, error), error) from None
-        except AdapterError as exc:
-            raise _Stop(self._failed(run, exc), exc) from None
-        except Exception as exc:
-            error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            raise _Stop(self._failed(run, error), error) from None
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the tool's own TimeoutError: a failure, not our deadline
+            now = self._clock()
+            raise _Stop(
+                CallTimedOut(
+                    ts=now,
+                    run_id=run.ctx.run_id,
+                    call_id=run.ctx.call_id,
+                    tool=spec.name,
+                    duration_ms=(now - run.t0) * 1000.0,
+                    timeout_s=spec.timeout,  # type: ignore[arg-type]
+                ),
+                ToolTimeout(f"{spec.name} did not finish within {spec.timeout} s"),
+            ) from None
 
     def _failed(self, run: _Run, error: AdapterError) -> CallFailed:
         now = self._clock()
