@@ -8,16 +8,19 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from _other_process import LockHolder, crash_after_appending
 
 from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
 from agent_adapter.cli import Style, main, parse_edits
@@ -852,16 +855,16 @@ def test_ledger_of_a_newer_version_is_refused_unchanged(built: Built, command: l
     with conn:
         conn.execute("UPDATE meta SET value = '99' WHERE name = 'schema_version'")
     conn.close()
-    before = built.path.read_bytes()
+    before = snapshot(built.path.parent)
     done = cli(*command, "--db", built.db)
     assert_one_line_error(
         done,
         f"ledger {built.db} was written by a newer version of agent-adapter (schema 99; this "
         "version reads up to 1); it was left unchanged",
     )
-    # The ledger file itself; SQLiteLedger's read-only probe leaves empty -wal/-shm
-    # files beside a refused WAL-mode file (reported to the ledger's owner).
-    assert built.path.read_bytes() == before
+    # The whole directory: the probe creates no -wal/-shm beside a file it refuses.
+    assert snapshot(built.path.parent) == before
+    assert list(before) == ["ledger.db"]
 
 
 def test_directory_is_refused(tmp_path: Path) -> None:
@@ -903,11 +906,9 @@ def test_read_only_file_can_still_be_read(built: Built, command: list[str]) -> N
     assert snapshot(built.path.parent) == before
 
 
-@pytest.mark.parametrize(
-    "command", [READING[0], WRITING[0], WRITING[2]], ids=ids([READING[0], WRITING[0], WRITING[2]])
-)
+@pytest.mark.parametrize("command", [WRITING[0], WRITING[2]], ids=ids([WRITING[0], WRITING[2]]))
 def test_locked_file_is_one_clear_line(built: Built, command: list[str]) -> None:
-    """A ledger another process holds locked: one line saying so, exit 1, unchanged."""
+    """A ledger another process holds locked: a writing command says so in one line, exit 1."""
     before = snapshot(built.path.parent)
     holder = sqlite3.connect(built.path, isolation_level=None)
     try:
@@ -921,6 +922,135 @@ def test_locked_file_is_one_clear_line(built: Built, command: list[str]) -> None
         f"ledger {built.db}: opening: another connection held the write lock for more than 0.2 s",
     )
     assert snapshot(built.path.parent) == before
+
+
+def reading(command: list[str], built: Built) -> list[str]:
+    """A reading command on ``built``: the open request instead of ``nope``."""
+    return [built.request_id if word == "nope" else word for word in command]
+
+
+@pytest.mark.parametrize("command", READING, ids=ids(READING))
+def test_reading_commands_do_not_wait_for_the_write_lock(built: Built, command: list[str]) -> None:
+    """While another process holds the write lock, a reading command prints what it prints
+    without the lock (exit 0); the lock is held throughout, so it never waited for it."""
+    expected = cli(*reading(command, built), "--db", built.db)
+    assert (expected.returncode, expected.stderr) == (0, "")
+    before = snapshot(built.path.parent)
+    holder = LockHolder(built.path)
+    try:
+        assert holder.wait_locked() == "locked"
+        done = cli("--lock-timeout", "0.5", *reading(command, built), "--db", built.db)
+    finally:
+        assert holder.release() == 0
+    assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
+    assert snapshot(built.path.parent) == before
+
+
+def as_other_user(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``agent-adapter ARGV`` in a fresh process; as user nobody when this test runs as root
+    (root may write any file, so it could not show that reading needs no write access)."""
+    command = [sys.executable, "-m", "agent_adapter.cli", *argv]
+    drop: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is not None:
+            command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        else:
+            drop = {"user": 65534, "group": 65534, "extra_groups": []}
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, "NO_COLOR": "1", "HOME": "/nonexistent"},
+        cwd="/",
+        **drop,
+    )
+
+
+@pytest.fixture
+def read_only_copy(built: Built) -> Any:
+    """``built``'s ledger copied to a chmod 0444 file in a chmod 0555 directory that every
+    user can reach (pytest's tmp_path is private to its owner)."""
+    top = Path(tempfile.mkdtemp(prefix="agent-adapter-ro-"))
+    top.chmod(0o755)
+    directory = top / "ro"
+    directory.mkdir()
+    path = directory / "ledger.db"
+    path.write_bytes(built.path.read_bytes())
+    path.chmod(0o444)
+    directory.chmod(0o555)
+    try:
+        yield path
+    finally:
+        directory.chmod(0o755)
+        shutil.rmtree(top)
+
+
+@pytest.mark.parametrize("command", READING, ids=ids(READING))
+def test_reading_commands_work_on_a_read_only_file_in_a_read_only_directory(
+    built: Built, read_only_copy: Path, command: list[str]
+) -> None:
+    """A user who cannot write the file or its directory gets the same output as the
+    owner, exit 0, and nothing changes (no -wal/-shm could be created, none is needed)."""
+    expected = cli(*reading(command, built), "--db", built.db)
+    assert (expected.returncode, expected.stderr) == (0, "")
+    before = snapshot(read_only_copy.parent)
+    done = as_other_user(*reading(command, built), "--db", str(read_only_copy))
+    assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
+    assert snapshot(read_only_copy.parent) == before
+
+
+def test_a_user_without_write_access_cannot_decide(built: Built, read_only_copy: Path) -> None:
+    """The same user is refused a writing command in one line: the fixture really is read-only."""
+    done = as_other_user(
+        "approvals", "approve", built.request_id, "--reviewer", "x", "--db", str(read_only_copy)
+    )
+    assert_one_line_error(
+        done,
+        f"{read_only_copy} is read-only; this command records a decision and needs to write",
+    )
+
+
+def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
+    read_only_copy: Path,
+) -> None:
+    """A writer that died left its -wal and -shm: a user who cannot write reads its commits."""
+    directory = read_only_copy.parent
+    directory.chmod(0o755)
+    read_only_copy.unlink()
+    assert crash_after_appending(read_only_copy, 3) == (0, "")
+    directory.chmod(0o555)
+    before = snapshot(directory)
+    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "chain: intact (3 events verified)\n",
+        "",
+    )
+    assert sorted(before) == ["ledger.db", "ledger.db-shm", "ledger.db-wal"]
+    assert snapshot(directory) == before
+
+
+def test_read_only_directory_refuses_a_wal_it_cannot_read(read_only_copy: Path) -> None:
+    """A crashed writer's -wal without its -shm, in a directory the user cannot write: one
+    line saying why, exit 1, nothing changed (reading the file alone would miss commits)."""
+    directory = read_only_copy.parent
+    directory.chmod(0o755)
+    read_only_copy.unlink()
+    assert crash_after_appending(read_only_copy, 3) == (0, "")
+    (directory / "ledger.db-shm").unlink()
+    directory.chmod(0o555)
+    before = snapshot(directory)
+    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    db = read_only_copy
+    assert_one_line_error(
+        done,
+        f"ledger {db} cannot be read here: {db}-wal holds commits of a writer that did not "
+        f"close, and {db}-shm cannot be created (unable to open database file); open it once "
+        "where it can be written, which recovers it",
+    )
+    assert snapshot(directory) == before
 
 
 @pytest.mark.parametrize(
@@ -1018,11 +1148,12 @@ def test_corrupt_ledger_is_refused_unchanged(built: Built, command: list[str]) -
     with built.path.open("r+b") as fh:
         fh.seek(4096)
         fh.write(b"\xff" * 8192)
-    before = built.path.read_bytes()
+    before = snapshot(built.path.parent)
     done = cli(*command, "--db", built.db)
     assert_one_line_error(
         done,
         f"ledger {built.db} is corrupt (reading its schema): database disk image is malformed",
     )
-    # The ledger file itself (see test_ledger_of_a_newer_version_is_refused_unchanged).
-    assert built.path.read_bytes() == before
+    # The whole directory (see test_ledger_of_a_newer_version_is_refused_unchanged).
+    assert snapshot(built.path.parent) == before
+    assert list(before) == ["ledger.db"]

@@ -207,9 +207,9 @@ def _connect_snapshot(path: str, wait_s: float) -> tuple[sqlite3.Connection, Any
     do and could not safely remove while another process may have started using them)
     and the signature it had is returned: whoever reads through it must check the
     signature again after reading (``_checked``). When ``mode=ro`` cannot open (the -shm
-    is missing in a directory that is not writable), it falls back to ``immutable=1``,
-    which sees the file alone: not what a crashed writer left in its WAL, and no
-    concurrent writer.
+    is missing in a directory that is not writable), it falls back to ``immutable=1``
+    when the WAL is empty (the file alone is then the whole ledger, but no concurrent
+    writer is seen), and refuses when the WAL holds commits it could not read.
     """
     signature = _signature(path)
     if signature is None:
@@ -228,6 +228,15 @@ def _connect_snapshot(path: str, wait_s: float) -> tuple[sqlite3.Connection, Any
             conn.close()
             if _primary_code(exc) not in (_CANTOPEN, _READONLY):
                 raise _translate(path, "opening read-only", exc, wait_s) from exc
+            # Without its -shm a non-empty WAL cannot be read, and the file alone would
+            # silently miss the commits in it: refuse rather than show a stale ledger.
+            with contextlib.suppress(OSError):
+                if os.path.getsize(path + "-wal") > 0:
+                    raise LedgerError(
+                        f"ledger {path} cannot be read here: {path}-wal holds commits of a "
+                        f"writer that did not close, and {path}-shm cannot be created "
+                        f"({exc}); open it once where it can be written, which recovers it"
+                    ) from exc
     try:
         conn = sqlite3.connect(
             f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
@@ -568,8 +577,8 @@ class SQLiteLedger:
       so is ``append``). It never waits for another process's write lock. While another
       connection has the file open it reads live through that WAL; while nobody does,
       it reads the file as an immutable snapshot and reopens once the file changes. In
-      a directory it cannot write, a file with a WAL but no -shm is read without the
-      WAL: what a crashed writer left there (and any concurrent writer) is not seen.
+      a directory it cannot write, a file with a non-empty WAL but no -shm (a crashed
+      writer's) is refused, since its last commits could not be read.
     - ``open()`` is called on first use; ``close()`` waits for queued appends.
       Use one ledger object from one event loop.
     """
