@@ -12,6 +12,7 @@ concept per module, and the same attribute lookups on the per-call path as befor
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -479,17 +480,42 @@ class Executor:
         return result
 
     async def _timed(self, run: _Run, call: Call) -> Any:
-        """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``."""
+        """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``.
+
+        ``asyncio.timeout``'s semantics with one timer handle and no context manager (its
+        two coroutines, enum states and rescheduling cost ~2x the handle): at the deadline
+        the task is cancelled; a CancelledError that our cancel caused (no other cancel
+        request pending, counted with ``cancelling``/``uncancel``) becomes the timeout,
+        and any other cancel propagates. A TimeoutError the tool raises on its own is a
+        tool failure, unless our deadline fired first (as ``scope.expired()`` said).
+        """
         spec = run.spec
         fn = spec.fn
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("Timeout should be used inside a task")
+        deadline = _Deadline(task)
+        cancelling = task.cancelling()
+        # An empty context for the timer, not a copy of the call's: a cancelled handle stays
+        # in the loop's heap until the loop purges it, and a copied context would keep the
+        # Call (arguments, spec, ctx) alive with it.
+        handle = loop.call_at(
+            loop.time() + spec.timeout,  # type: ignore[operator]
+            deadline.expire,
+            context=_TIMER_CONTEXT,
+        )
         try:
-            async with asyncio.timeout(spec.timeout) as scope:
-                if spec.is_async:
-                    return await fn(**call.args)
-                return await asyncio.to_thread(fn, **call.args)
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the tool's own TimeoutError: a failure, not our deadline
+            if spec.is_async:
+                result = await fn(**call.args)
+            else:
+                result = await asyncio.to_thread(fn, **call.args)
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            handle.cancel()
+            if not deadline.fired:
+                raise
+            if task.uncancel() > cancelling and isinstance(exc, asyncio.CancelledError):
+                raise  # someone else cancelled the task too: theirs wins
             now = self._clock()
             raise _Stop(
                 CallTimedOut(
@@ -502,6 +528,15 @@ class Executor:
                 ),
                 ToolTimeout(f"{spec.name} did not finish within {spec.timeout} s"),
             ) from None
+        except BaseException:
+            handle.cancel()
+            if deadline.fired:
+                task.uncancel()
+            raise
+        handle.cancel()
+        if deadline.fired:
+            task.uncancel()  # the body finished despite our cancel: the request is withdrawn
+        return result
 
     def _failed(self, run: _Run, error: AdapterError) -> CallFailed:
         now = self._clock()
@@ -546,6 +581,23 @@ class Executor:
                 await _maybe_await(hook(call, outcome))
             except Exception as exc:
                 await self._hook_failed(about, name, "after_tool", exc)
+
+
+_TIMER_CONTEXT = contextvars.Context()
+
+
+class _Deadline:
+    """One call's deadline: the timer callback cancels the task and says that it fired."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+
+    def expire(self) -> None:
+        self.fired = True
+        self.task.cancel()
 
 
 class _Subscription:
