@@ -631,3 +631,32 @@ async def test_refuse_records_invalid_arguments_as_invalid(clock: Any) -> None:
     executor = Executor(registry, ledger=ledger, clock=clock)
     assert await executor.refuse(refund, "{not json", ctx(), reviewer="ops") is True
     assert await types(ledger) == ["call.requested", "call.invalid"]
+
+
+async def test_a_second_answer_that_lands_after_another_is_refused_not_dropped() -> None:
+    """Two reviewers race: the first answer in ledger order counts, the other gets an error."""
+    ledger = MemoryLedger()
+    registry, refund, ran = make()
+    executor = Executor(registry, ledger=ledger, approval=DeferredApproval(ledger))
+    with pytest.raises(ApprovalPending) as pending:
+        await executor.run_spec(refund, ARGS, ctx("c1"))
+    request_id = pending.value.request_id
+    alice = DeferredApproval(ledger)
+
+    class RacingLedger:
+        """Bob's view of the file: alice's answer is committed just before his."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ledger, name)
+
+        async def append(self, event: Any) -> Any:
+            await alice.answer(request_id, approved=True, reviewer="alice")
+            return await ledger.append(event)
+
+    bob = DeferredApproval(RacingLedger())  # type: ignore[arg-type]
+    with pytest.raises(ToolUsageError) as refused:
+        await bob.answer(request_id, approved=False, reviewer="bob", reason="fraud")
+    assert "already approved by alice" in str(refused.value)
+    assert "does not count" in str(refused.value)
+    assert await executor.run_spec(refund, ARGS, ctx("c2")) == "refunded 500"
+    assert ran == [ARGS]

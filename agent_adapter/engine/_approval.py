@@ -240,7 +240,8 @@ class DeferredApproval:
     ) -> None:
         """Record a reviewer's decision (``approval.answered``) for an open request.
 
-        Raises ToolUsageError for an unknown request id or one already answered.
+        Raises ToolUsageError for an unknown request id or one already answered, also
+        when another process's answer lands first (the first in ledger order counts).
         """
         if not reviewer:
             raise ToolUsageError("a decision needs a reviewer name")
@@ -262,7 +263,7 @@ class DeferredApproval:
                         f"edits cannot set redacted arguments {sorted(hidden)} through the "
                         f"ledger; leave them as {REDACTED!r} to keep the requested values"
                     )
-            await self._ledger.append(
+            mine = await self._ledger.append(
                 ApprovalAnswered(
                     ts=self._clock(),
                     run_id=pending.run_id,
@@ -276,6 +277,16 @@ class DeferredApproval:
                 )
             )
             await self._catch_up()
+            first = held.answer
+            if first is not None and first.seq != mine.seq:
+                # Another process answered between our check and our append: the first
+                # answer in ledger order is the decision; this one must not pass silently.
+                verdict = "approved" if first.approved else "denied"
+                raise ToolUsageError(
+                    f"approval request {request_id!r} was already {verdict} by "
+                    f"{first.reviewer} (seq {first.seq}); this answer (seq {mine.seq}) "
+                    "does not count"
+                )
 
     async def pending(self) -> list[PendingApproval]:
         """Open requests (not answered yet), oldest first."""
