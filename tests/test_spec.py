@@ -581,3 +581,19 @@ def test_schema_tool_refuses_bad_schemas() -> None:
         ["schema tool t", " invalid JSON Schema"],
     ]
     assert len(registry) == 0
+
+
+def test_an_effect_template_over_a_redacted_argument_is_refused() -> None:
+    """The effect key is recorded in clear, so a template may not name a redacted argument."""
+    registry = Registry()
+
+    async def charge(card_number: str, amount_cents: int) -> str:
+        return "ok"
+
+    with pytest.raises(ToolUsageError) as refused:
+        registry.tool(charge, effect="charge:{card_number}", redact=("card_number",))
+    assert str(refused.value) == (
+        "tool charge: effect template names redacted arguments ['card_number']; "
+        "use a callable effect that keys on a hash of them"
+    )
+    assert "charge" not in registry

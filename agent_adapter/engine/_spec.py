@@ -472,10 +472,19 @@ class Registry:
             raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
         params = set(schema.get("properties", {}))
         if isinstance(effect, str):
-            missing = _effect_fields(effect) - params
+            named = _effect_fields(effect)
+            missing = named - params
             if missing:
                 raise ToolUsageError(
                     f"tool {name}: effect template names unknown arguments {sorted(missing)}"
+                )
+            secret = named & set(redact)
+            if secret:
+                # The key is recorded in effect.claimed and call.started: a template over a
+                # redacted argument would write its value to the ledger in clear.
+                raise ToolUsageError(
+                    f"tool {name}: effect template names redacted arguments {sorted(secret)}; "
+                    "use a callable effect that keys on a hash of them"
                 )
         unknown = set(redact) - params
         if unknown:
