@@ -620,3 +620,19 @@ async def test_a_call_without_a_call_id_is_denied_without_asking() -> None:
         )
     ]
     assert len(INTEGRATION.tokens) == 0
+
+
+async def test_without_a_run_id_the_request_carries_the_states_own() -> None:
+    """resolve_interruptions without run_id asks with the state's run id (its context's run_id),
+    so a deferred decision for one run cannot serve another's identical call."""
+    registry, _ran = build()
+    executor = Executor(registry, ledger=MemoryLedger())
+    port = Recorder()
+    agent, _model = make_agent(
+        function_tools(registry, executor=executor),
+        [function_call("refund", {"order_id": "A1", "amount_cents": 500}, call_id="c1")],
+        [assistant_message("done")],
+    )
+    result = await Runner.run(agent, "go", run_config=CONFIG, context={"run_id": "run-42"})
+    await resolve_interruptions(result, port)
+    assert [(r.run_id, r.call_id) for r in port.requests] == [("run-42", "c1")]

@@ -110,6 +110,9 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
     arguments of a tool this bridge did not export.
     """
     state: RunState[Any, Any] = result if isinstance(result, RunState) else result.to_state()
+    # Without a run_id from the caller, the state's own (its trace id, or a run_id in its
+    # mapping context) keeps a deferred decision for one run from serving another's.
+    request_run_id = run_id or state_run_id(state, fallback="", fresh=False)
     items: list[_Item] = []
     for item in state.get_interruptions():
         call_id = item.call_id or ""
@@ -139,7 +142,7 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
         args_digest = digest(args)
         request = ApprovalRequest(
             request_id=uuid.uuid4().hex,
-            run_id=run_id,
+            run_id=request_run_id,
             call_id=call_id,
             tool=tool,
             args=args,

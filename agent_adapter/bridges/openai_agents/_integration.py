@@ -57,17 +57,19 @@ def run_id_for(run_context: Any) -> str:
     return trace_run_id() or context_run_id(run_context) or new_id("run")
 
 
-def state_run_id(state: Any, fallback: str = "") -> str:
+def state_run_id(state: Any, fallback: str = "", *, fresh: bool = True) -> str:
     """The run id the executor will see for a paused state's calls, read from the state.
 
     The state's trace id (tracing on), else a ``run_id`` in its mapping context, else
-    ``fallback``, else a fresh id: the same rule as :func:`run_id_for` inside a tool.
+    ``fallback``, else (``fresh``) a new id: the same rule as :func:`run_id_for` inside
+    a tool.
     """
     trace = getattr(state, "_trace_state", None)
     trace_id = getattr(trace, "trace_id", None)
     if isinstance(trace_id, str) and trace_id and trace_id != _NO_OP_TRACE_ID:
         return trace_id
-    return context_run_id(getattr(state, "_context", None)) or fallback or new_id("run")
+    found = context_run_id(getattr(state, "_context", None)) or fallback
+    return found or (new_id("run") if fresh else "")
 
 
 class OpenAIAgentsIntegration:
