@@ -10,6 +10,7 @@ from _other_process import LockHolder, crash_after_appending
 
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, Event, SQLiteLedger, Verification
+from agent_adapter.ledger._sqlite import _Changed, _checked, _connect_snapshot
 
 KEY = b"k" * 32
 #: Every wait on a child is bounded: a broken test fails instead of hanging.
@@ -200,3 +201,24 @@ async def test_refused_corrupt_wal_ledger_leaves_no_sidecar_files(
     )
     assert snapshot(tmp_path) == before
     assert list(before) == ["l.db"]
+
+
+async def test_a_snapshot_read_the_file_changed_under_is_not_trusted(tmp_path: Path) -> None:
+    """A read through an immutable snapshot is discarded when a writer changed the file
+    meanwhile (it could be torn), and kept when nobody did."""
+    path = tmp_path / "l.db"
+    await fill(path, 2)
+    conn, signature = _connect_snapshot(str(path), 0.0)
+    try:
+        count = "SELECT count(*) FROM events"
+        assert _checked(conn, signature, str(path), lambda c: c.execute(count).fetchone()) == (2,)
+
+        def read_while_written(c: sqlite3.Connection) -> object:
+            # Pages enough to grow the file: the change shows in its size, whatever the clock.
+            execute(path, "INSERT INTO meta (name, value) VALUES ('touched', zeroblob(65536))")
+            return c.execute(count).fetchone()
+
+        with pytest.raises(_Changed):
+            _checked(conn, signature, str(path), read_while_written)
+    finally:
+        conn.close()

@@ -695,7 +695,7 @@ class SQLiteLedger:
     def _connect_writer(self) -> sqlite3.Connection:
         # Runs in the writer thread. Nothing writes to the file before the read-only
         # probe has said it is a ledger this version can extend (or an empty database).
-        _probe(self.path)
+        _probe(self.path, wait_s=self._busy_timeout_s)
         conn = self._connect()
         try:
             deadline = time.monotonic() + self._busy_timeout_s
