@@ -1,4 +1,5 @@
-"""Other processes on a ledger file: one holding its write lock, one dying after appends."""
+"""Other processes on a ledger file: one holding its write lock, one dying after appends,
+one trying to take the file over."""
 
 from __future__ import annotations
 
@@ -79,3 +80,26 @@ class LockHolder:
         assert self.proc.stdout is not None
         self.proc.stdout.close()
         return status
+
+
+# Tries to take the whole file (switching it out of WAL mode) without waiting.
+TAKE_OVER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+try:
+    print(conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0])
+except sqlite3.OperationalError as exc:
+    print(exc)
+"""
+
+
+def take_over(path: Path) -> str:
+    """What another process gets when it tries to switch ``path`` out of WAL mode."""
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_OVER, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    return done.stdout.strip()

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from _other_process import LockHolder, crash_after_appending
+from _other_process import LockHolder, crash_after_appending, take_over
 
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, Event, SQLiteLedger, Verification
@@ -222,3 +222,15 @@ async def test_a_snapshot_read_the_file_changed_under_is_not_trusted(tmp_path: P
             _checked(conn, signature, str(path), read_while_written)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
+async def test_opening_beside_a_live_ledger_keeps_its_locks(tmp_path: Path, readonly: bool) -> None:
+    """Opening a second ledger on a file this process has open does not drop the first one's
+    POSIX locks (closing any descriptor of the file would), so no other process can take it."""
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as first:
+        [event] = await first.append_many([requested("c0")])
+        async with SQLiteLedger(path, readonly=readonly) as second:
+            assert await read_all(second) == [event]
+        assert take_over(path) == "database is locked"

@@ -277,23 +277,29 @@ def _probe(path: str, *, must_exist: bool = False, wait_s: float = 0.0) -> dict[
     Nothing is created or changed (-wal/-shm files included, see ``_connect_snapshot``),
     so a refused file is left exactly as it was. None for a missing or empty database.
     """
-    try:
-        with open(path, "rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
-    except FileNotFoundError:
+    signature = _signature(path)
+    if signature is None:
         if must_exist:
-            raise LedgerError(
-                f"ledger {path}: no such file (a read-only ledger is never created)"
-            ) from None
+            raise LedgerError(f"ledger {path}: no such file (a read-only ledger is never created)")
         return None
-    except OSError as exc:
-        raise LedgerError(f"ledger {path} cannot be read: {exc}") from exc
-    if not header:
-        return None  # an empty file is an empty database: it becomes a ledger
-    if header != _SQLITE_HEADER:
-        raise LedgerError(
-            f"{path} is not an SQLite database (so not a ledger); it was left unchanged"
-        )
+    # Closing any descriptor of a file drops every POSIX lock this process holds on it,
+    # those of SQLite connections in other threads included (SQLite's "howtocorrupt"
+    # 2.2). With a WAL or journal beside it, a connection may be open, so the header is
+    # left to SQLite to judge; without one, no connection in WAL mode exists.
+    if not any(signature[-len(_JOURNALS) :]):
+        try:
+            with open(path, "rb") as f:
+                header = f.read(len(_SQLITE_HEADER))
+        except FileNotFoundError:
+            return _probe(path, must_exist=must_exist, wait_s=wait_s)
+        except OSError as exc:
+            raise LedgerError(f"ledger {path} cannot be read: {exc}") from exc
+        if not header:
+            return None  # an empty file is an empty database: it becomes a ledger
+        if header != _SQLITE_HEADER:
+            raise LedgerError(
+                f"{path} is not an SQLite database (so not a ledger); it was left unchanged"
+            )
 
     def inspect(conn: sqlite3.Connection) -> dict[str, str] | None:
         try:
