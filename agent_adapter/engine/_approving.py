@@ -56,7 +56,9 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         request_id=request_id,
         digest=call.digest,
     )
-    self._emit(run, requested)
+    # The projection's handler for approval.requested, called directly (see run_spec).
+    self.state._counting(requested)
+    run.buffer.append(requested)
     decision: Decision | None = None
     source = "context"
     carried = ctx.approval
@@ -151,8 +153,9 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         call = msgspec.structs.replace(call, args=edited, digest=edited_digest)
         run.call = call
         _current.set(call)
-    self._emit(
-        run,
+    # The projection does not fold approval.granted (Projection.apply ignores it): only
+    # buffered for the ledger.
+    run.buffer.append(
         ApprovalGranted(
             ts=clock(),
             run_id=ctx.run_id,
@@ -164,7 +167,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             digest=call.digest,
             reason=decision.reason,
             edited=decision.edits is not None,
-        ),
+        )
     )
     if decision.edits is not None:
         call = await self._checks(run, call)

@@ -298,9 +298,14 @@ class Executor:
             checked = bool(self._before or self._guards or spec.guards)
             if checked or self.limits is not None:
                 call = await self._checks(run, call)
-            if spec.confirm is not False:
+            confirm = spec.confirm
+            if confirm is not False:
                 call = await self._approve(run, call)
-                checked = True
+                # User code saw the arguments only through a confirm rule or a port; a
+                # decision carried in the context is checked without calling anyone
+                # (edits are validated into a new dict and re-checked by _checks).
+                if confirm is not True or self.approval is not None:
+                    checked = True
             if checked:
                 self._unchanged(run, call)
             return await self._execute(run, call)
