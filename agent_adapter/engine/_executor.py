@@ -12,7 +12,6 @@ concept per module, and the same attribute lookups on the per-call path as befor
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from ..ledger._protocol import Ledger
 from . import _approving, _checking, _effects, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
+from ._deadline import deadline
 from ._digest import digest
 from ._limits import RunLimits
 from ._run import _maybe_await, _name_of, _new_id, _Run, _Stop, _validated
@@ -487,37 +487,26 @@ class Executor:
     async def _timed(self, run: _Run, call: Call) -> Any:
         """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``.
 
-        ``asyncio.timeout``'s semantics with one timer handle and no context manager (its
-        two coroutines, enum states and rescheduling cost ~2x the handle): at the deadline
-        the task is cancelled; a CancelledError that our cancel caused (no other cancel
-        request pending, counted with ``cancelling``/``uncancel``) becomes the timeout,
+        ``asyncio.timeout``'s semantics with a deadline that shares its timer (``_deadline``)
+        and no context manager: at the deadline the task is cancelled; a CancelledError
+        that our cancel caused (no other cancel request pending, counted with
+        ``cancelling``/``uncancel``) becomes the timeout,
         and any other cancel propagates. A TimeoutError the tool raises on its own is a
         tool failure, unless our deadline fired first (as ``scope.expired()`` said).
         """
         spec = run.spec
         fn = spec.fn
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("Timeout should be used inside a task")
-        deadline = _Deadline(task)
+        entry = deadline(spec.timeout)  # type: ignore[arg-type]
+        task = entry.task
         cancelling = task.cancelling()
-        # An empty context for the timer, not a copy of the call's: a cancelled handle stays
-        # in the loop's heap until the loop purges it, and a copied context would keep the
-        # Call (arguments, spec, ctx) alive with it.
-        handle = loop.call_at(
-            loop.time() + spec.timeout,  # type: ignore[operator]
-            deadline.expire,
-            context=_TIMER_CONTEXT,
-        )
         try:
             if spec.is_async:
                 result = await fn(**call.args)
             else:
                 result = await asyncio.to_thread(fn, **call.args)
         except (asyncio.CancelledError, TimeoutError) as exc:
-            handle.cancel()
-            if not deadline.fired:
+            entry.done = True
+            if not entry.fired:
                 raise
             if task.uncancel() > cancelling and isinstance(exc, asyncio.CancelledError):
                 raise  # someone else cancelled the task too: theirs wins
@@ -534,12 +523,12 @@ class Executor:
                 ToolTimeout(f"{spec.name} did not finish within {spec.timeout} s"),
             ) from None
         except BaseException:
-            handle.cancel()
-            if deadline.fired:
+            entry.done = True
+            if entry.fired:
                 task.uncancel()
             raise
-        handle.cancel()
-        if deadline.fired:
+        entry.done = True
+        if entry.fired:
             task.uncancel()  # the body finished despite our cancel: the request is withdrawn
         return result
 
@@ -586,23 +575,6 @@ class Executor:
                 await _maybe_await(hook(call, outcome))
             except Exception as exc:
                 await self._hook_failed(about, name, "after_tool", exc)
-
-
-_TIMER_CONTEXT = contextvars.Context()
-
-
-class _Deadline:
-    """One call's deadline: the timer callback cancels the task and says that it fired."""
-
-    __slots__ = ("fired", "task")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.fired = False
-
-    def expire(self) -> None:
-        self.fired = True
-        self.task.cancel()
 
 
 class _Subscription:
