@@ -14,7 +14,9 @@ the model's raw JSON text:
   in one turn, beside our per-call cost (target: ours <= 2% of it).
 
 Run: ``python benchmarks/bench_executor.py [--quick]``; ``--profile`` prints a cProfile
-of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md).
+of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md);
+``--floors`` times the core call with parts taken away (a ledger that only encodes, no
+ledger, no projection; a timeout alone) to show where the per-call cost goes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from agents.tool_context import ToolContext
 from agent_adapter.engine import CallContext, Decision, Executor, Registry
 from agent_adapter.engine._digest import digest
 from agent_adapter.ledger import MemoryLedger
+from agent_adapter.ledger._events import encode_event
 
 RAW = (
     '{"order_id":"ord_0001","customer":"cus_42","amount":99.5,'
@@ -201,9 +204,80 @@ async def profile(calls: int = 20_000) -> None:
         print("```\n")
 
 
+class _NullLedger:
+    """Stores nothing: the pipeline's cost without a ledger (for ``--floors`` only)."""
+
+    async def append_many(self, events: Any) -> list[Any]:
+        return list(events)
+
+    async def append(self, event: Any) -> Any:
+        return event
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:
+        return
+        yield
+
+    async def close(self) -> None:
+        pass
+
+
+class _EncodeOnlyLedger(_NullLedger):
+    """Encodes and keeps the payloads, no chain hash, no Record (for ``--floors`` only)."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    async def append_many(self, events: Any) -> list[Any]:
+        self.payloads.extend(encode_event(e) for e in events)
+        return list(events)
+
+
+class Parts(Ours):
+    """The core call with parts of the pipeline taken away (``--floors``)."""
+
+    def __init__(self, ledger: Any, projection: bool = True, timeout: bool = False) -> None:
+        self.make_ledger = ledger
+        self.projection = projection
+        super().__init__()
+        if timeout:
+            self.core = self.registry.tool(lookup_order, name="lookup_order_timed", timeout=30.0)
+        self.reset(0)
+
+    def reset(self, n: int) -> None:
+        self.executor = Executor(self.registry, ledger=self.make_ledger())
+        self.executor._started = True  # nothing to replay
+        if not self.projection:
+            state = self.executor.state
+            for handler in ("_requested", "_validated", "_started", "_outcome", "_counting"):
+                setattr(state, handler, lambda event: None)
+
+
+async def floors(args: Any) -> None:
+    variants = {
+        "run_spec, MemoryLedger (as CORE)": Parts(MemoryLedger),
+        "run_spec + timeout, MemoryLedger": Parts(MemoryLedger, timeout=True),
+        "ledger that only encodes the events": Parts(_EncodeOnlyLedger),
+        "no ledger": Parts(_NullLedger),
+        "no ledger, no projection": Parts(_NullLedger, projection=False),
+    }
+    res = await abench(
+        [Variant(BASE, sdk_invoke()), Variant(FLOOR, lambda: lookup_order(**KWARGS))]
+        + [Variant(name, v.core_call, setup=v.reset) for name, v in variants.items()],
+        baseline=BASE,
+        rounds=args.rounds,
+        block_ms=args.block_ms,
+        clock=args.clock or "cpu",
+    )
+    print(results_table(res, title="Executor: the core call with parts taken away"))
+
+
 async def main() -> None:
     if "--profile" in sys.argv:
         await profile()
+        return
+    if "--floors" in sys.argv:
+        sys.argv.remove("--floors")
+        await floors(parse_args(__doc__ or ""))
         return
     args = parse_args(__doc__ or "")
     logging.getLogger("openai.agents").setLevel(logging.ERROR)
