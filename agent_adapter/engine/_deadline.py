@@ -32,12 +32,16 @@ _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queues] = (
 
 
 class Deadline:
-    """One call's deadline. ``fired``: the timer cancelled the task for it."""
+    """One call's deadline. ``fired``: the timer cancelled the task for it.
+
+    The caller sets ``done`` and drops ``task`` when the call ends: nothing reachable
+    from ``_by_loop``'s values may keep the loop (a task's ``_loop``) alive.
+    """
 
     __slots__ = ("done", "fired", "task", "when")
 
     def __init__(self, task: asyncio.Task[Any], when: float) -> None:
-        self.task = task
+        self.task: asyncio.Task[Any] | None = task
         self.when = when
         self.done = False
         self.fired = False
@@ -46,32 +50,33 @@ class Deadline:
 class _Deadlines:
     """The running calls of one loop with one timeout, in deadline order, and one timer."""
 
-    __slots__ = ("armed_for", "loop", "queue", "timeout")
+    __slots__ = ("armed_for", "queue", "timeout")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
-        self.loop = loop
+    def __init__(self, timeout: float) -> None:
+        # No reference to the loop (see Deadline): it is passed in, or running.
         self.timeout = timeout
         self.queue: deque[Deadline] = deque()
         self.armed_for: float | None = None
 
-    def add(self, task: asyncio.Task[Any]) -> Deadline:
+    def add(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Deadline:
         queue = self.queue
         while queue and queue[0].done:
             queue.popleft()
-        entry = Deadline(task, self.loop.time() + self.timeout)
+        entry = Deadline(task, loop.time() + self.timeout)
         queue.append(entry)
         if self.armed_for is None:
-            self._arm(entry.when)
+            self._arm(loop, entry.when)
         return entry
 
-    def _arm(self, when: float) -> None:
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         self.armed_for = when
-        self.loop.call_at(when, self._fire, context=_TIMER_CONTEXT)
+        loop.call_at(when, self._fire, context=_TIMER_CONTEXT)
 
     def _fire(self) -> None:
         # Everything due by the deadline this timer was armed for is due now (the loop
         # runs a timer up to its clock resolution early); later entries re-arm it.
-        due = max(self.loop.time(), self.armed_for or 0.0)
+        loop = asyncio.get_running_loop()
+        due = max(loop.time(), self.armed_for or 0.0)
         self.armed_for = None
         queue = self.queue
         while queue:
@@ -82,9 +87,10 @@ class _Deadlines:
                 queue.popleft()
                 entry.done = True
                 entry.fired = True
-                entry.task.cancel()
+                if entry.task is not None:
+                    entry.task.cancel()
             else:
-                self._arm(entry.when)
+                self._arm(loop, entry.when)
                 return
 
 
@@ -94,10 +100,15 @@ def deadline(timeout: float) -> Deadline:
     task = asyncio.current_task(loop)
     if task is None:
         raise RuntimeError("Timeout should be used inside a task")
-    queues = _by_loop.get(loop)
-    if queues is None:
-        queues = _by_loop[loop] = {}
+    try:
+        queues = _by_loop.get(loop)
+        if queues is None:
+            queues = _by_loop[loop] = {}
+    except TypeError:
+        # A loop that takes no weak reference: a queue of its own for this call (one
+        # entry, one timer), which is asyncio.timeout's cost but the same semantics.
+        return _Deadlines(timeout).add(loop, task)
     deadlines = queues.get(timeout)
     if deadlines is None:
-        deadlines = queues[timeout] = _Deadlines(loop, timeout)
-    return deadlines.add(task)
+        deadlines = queues[timeout] = _Deadlines(timeout)
+    return deadlines.add(loop, task)

@@ -497,7 +497,7 @@ class Executor:
         spec = run.spec
         fn = spec.fn
         entry = deadline(spec.timeout)  # type: ignore[arg-type]
-        task = entry.task
+        task: asyncio.Task[Any] = entry.task  # type: ignore[assignment]  # set until done
         cancelling = task.cancelling()
         try:
             if spec.is_async:
@@ -506,6 +506,7 @@ class Executor:
                 result = await asyncio.to_thread(fn, **call.args)
         except (asyncio.CancelledError, TimeoutError) as exc:
             entry.done = True
+            entry.task = None
             if not entry.fired:
                 raise
             if task.uncancel() > cancelling and isinstance(exc, asyncio.CancelledError):
@@ -524,10 +525,12 @@ class Executor:
             ) from None
         except BaseException:
             entry.done = True
+            entry.task = None
             if entry.fired:
                 task.uncancel()
             raise
         entry.done = True
+        entry.task = None
         if entry.fired:
             task.uncancel()  # the body finished despite our cancel: the request is withdrawn
         return result
