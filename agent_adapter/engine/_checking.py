@@ -15,7 +15,7 @@ from ..ledger._events import (
     GuardVerdict,
 )
 from ._context import Call
-from ._run import _maybe_await, _name_of, _Run, _Stop
+from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop
 
 if TYPE_CHECKING:
     from ._executor import Executor
@@ -47,7 +47,7 @@ def _blocked(self: Executor, run: _Run, stage: str, by: str, reason: str, kind: 
         duration_ms=(now - run.t0) * 1000.0,
         stage=stage,
         by=by,
-        reason=reason,
+        reason=_scrub(reason, run),
         error_kind=kind,
     )
 
@@ -99,7 +99,7 @@ async def _guard(
             blocked = GuardrailBlocked(f"guard {name} failed: {type(exc).__name__}: {exc}")
             blocked.__cause__ = exc
         if blocked is not None:
-            verdicts.append(GuardVerdict(name=name, ok=False, reason=str(blocked)))
+            verdicts.append(GuardVerdict(name=name, ok=False, reason=_scrub(str(blocked), run)))
             break
         verdicts.append(GuardVerdict(name=name, ok=True))
     self._emit(

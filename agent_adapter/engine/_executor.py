@@ -12,6 +12,7 @@ concept per module, and the same attribute lookups on the per-call path as befor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from ._context import Call, CallContext, Outcome, _current
 from ._deadline import deadline
 from ._digest import digest
 from ._limits import RunLimits
-from ._run import _maybe_await, _name_of, _new_id, _Run, _Stop, _validated
+from ._run import _maybe_await, _name_of, _new_id, _Run, _scrub, _Stop, _validated
 from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
 
@@ -307,6 +308,7 @@ class Executor:
                 if confirm is not True or self.approval is not None:
                     checked = True
             if checked:
+                run.exposed = True
                 self._unchanged(run, call)
             return await self._execute(run, call)
         except _Stop as stop:
@@ -316,18 +318,24 @@ class Executor:
             # Never swallowed: recorded as the call's outcome (unless it has one), re-raised.
             if not run.ended:
                 inflight = self.state.inflight.get(run.key)
-                await self._end_shielded(
-                    run,
-                    CallCancelled(
-                        ts=clock(),
-                        run_id=ctx.run_id,
-                        call_id=ctx.call_id,
-                        tool=spec.name,
-                        duration_ms=(clock() - run.t0) * 1000.0,
-                        started=run.started,
-                        counted=inflight is not None and inflight.counted,
-                    ),
+                cancelled = CallCancelled(
+                    ts=clock(),
+                    run_id=ctx.run_id,
+                    call_id=ctx.call_id,
+                    tool=spec.name,
+                    duration_ms=(clock() - run.t0) * 1000.0,
+                    started=run.started,
+                    counted=inflight is not None and inflight.counted,
                 )
+                await self._end_shielded(run, cancelled)
+                if run.reached_body and self._after and run.call is not None:
+                    # after_tool sees every outcome of a call that reached the body.
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._after_hooks(
+                            run.call,
+                            Outcome(kind="cancelled", error=asyncio.CancelledError()),
+                            cancelled,
+                        )
             raise
         finally:
             if token is not None:
@@ -355,6 +363,28 @@ class Executor:
             failed = self._failed(run, error)
             failed.counted = self.state.inflight[run.key].counted
             raise _Stop(failed, error)
+
+    def _rollback(self, run: _Run) -> None:
+        """Undo a call's claims when its pre-body events could not be made durable.
+
+        Nothing of that batch is in the ledger (a batch commits whole), and the body never
+        ran: the in-memory projection must not keep an effect claim, a run count or an
+        in-flight entry that a replay of the ledger would not have. The caller gets the
+        ledger's error; no outcome is recorded (the ledger is failing).
+        """
+        run.ended = True
+        state = self.state
+        inflight = state.inflight.pop(run.key, None)
+        if inflight is None:
+            return
+        if inflight.counted:
+            run_id, tool = run.key[0], inflight.tool
+            state.run_calls[run_id] = state.run_calls.get(run_id, 1) - 1
+            state.tool_calls[(run_id, tool)] = state.tool_calls.get((run_id, tool), 1) - 1
+        key = inflight.effect_key
+        claim = state.effects.get(key) if key is not None else None
+        if claim is not None and (claim.run_id, claim.call_id) == run.key:
+            del state.effects[key]  # type: ignore[arg-type]
 
     def _requested_args(self, spec: ToolSpec, args: Any) -> Any:
         # Raw text is recorded as given unless it names redacted values: then it is
@@ -420,9 +450,18 @@ class Executor:
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
         # forgotten one. (_flush inlined: the buffer is never empty here.)
         events, run.buffer = run.buffer, []
-        await self.ledger.append_many(events)
+        try:
+            await self.ledger.append_many(events)
+        except Exception:
+            self._rollback(run)
+            raise
         if self._observed:
             await self._dispatch(events)
+        if run.exposed or self._observed:
+            # Code that saw the arguments may have run during that await (an on_event
+            # hook, or a task holding what a hook or guard was given): the body gets
+            # exactly the digested arguments or does not run.
+            self._unchanged(run, call)
         run.reached_body = True
         try:
             if spec.timeout is not None:
@@ -544,7 +583,7 @@ class Executor:
             tool=run.spec.name,
             duration_ms=(now - run.t0) * 1000.0,
             error_kind=error.kind,
-            error=str(error),
+            error=_scrub(str(error), run),
         )
 
     async def _end(

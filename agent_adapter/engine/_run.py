@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from hashlib import sha256
 from typing import Any
 
+import msgspec
+
 from ..errors import ToolArgsInvalid
 from ..ledger._events import Event
 from ._context import Call, CallContext
@@ -52,12 +54,40 @@ def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
         data = canonical(validated)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ToolArgsInvalid(f"arguments for {spec.name} are not JSON values: {exc}") from None
-    if len(data) > MAX_ARGS_BYTES and isinstance(args, Mapping):
-        raise ToolArgsInvalid(
-            f"arguments for {spec.name} are {len(data)} bytes as JSON, over the "
-            f"{MAX_ARGS_BYTES} byte limit"
-        )
+    if isinstance(args, Mapping):
+        if len(data) > MAX_ARGS_BYTES:
+            raise ToolArgsInvalid(
+                f"arguments for {spec.name} are {len(data)} bytes as JSON, over the "
+                f"{MAX_ARGS_BYTES} byte limit"
+            )
+        # A caller's dict may share nested objects with what validation returns; the call
+        # gets its own copy, decoded from the digested bytes, so nobody holding the
+        # caller's objects can change what runs under the approved digest. (Text from a
+        # model decodes into fresh objects already.)
+        if spec.args_type is not None:
+            validated = msgspec.structs.asdict(msgspec.json.decode(data, type=spec.args_type))
+        else:
+            validated = msgspec.json.decode(data)
     return validated, sha256(data).hexdigest()
+
+
+def _scrub(text: str, run: _Run) -> str:
+    """``text`` with the values of the spec's redacted arguments replaced, for the ledger.
+
+    Error messages (a tool's exception, a guard's reason, a hook's failure) often quote
+    the value that caused them; a redacted value must not reach an event that way.
+    """
+    names = run.spec.redact
+    call = run.call
+    if not names or call is None:
+        return text
+    for name in names:
+        value = call.args.get(name)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            shown = str(value)
+            if shown:
+                text = text.replace(shown, "[redacted]")
+    return text
 
 
 class _Stop(Exception):
@@ -71,7 +101,18 @@ class _Stop(Exception):
 class _Run:
     """The mutable state of one call on its way through the pipeline."""
 
-    __slots__ = ("buffer", "call", "ctx", "ended", "key", "reached_body", "spec", "started", "t0")
+    __slots__ = (
+        "buffer",
+        "call",
+        "ctx",
+        "ended",
+        "exposed",
+        "key",
+        "reached_body",
+        "spec",
+        "started",
+        "t0",
+    )
 
     def __init__(self, spec: ToolSpec, ctx: CallContext, t0: float) -> None:
         self.spec = spec
@@ -82,6 +123,9 @@ class _Run:
         self.call: Call | None = None
         self.started = False
         self.reached_body = False
+        # Set when user code (a hook, guard, confirm rule or port) saw the arguments: they
+        # are checked against their digest again right before the body runs.
+        self.exposed = False
         # Set once the outcome is emitted: a cancel that lands later (in an after_tool
         # hook, or while the outcome is being written) must not add a second outcome.
         self.ended = False

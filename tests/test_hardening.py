@@ -1,0 +1,153 @@
+"""Guarantees found missing in review: arguments that run are the digested ones, a failed
+write-ahead leaves no claim behind, after_tool sees cancellations, redacted values stay out
+of recorded error text."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_adapter import CallContext, Executor, Registry, current_call
+from agent_adapter.errors import GuardrailBlocked, LedgerError, ToolFailed, ToolUsageError
+from agent_adapter.ledger import MemoryLedger
+
+
+def payout_registry(ran: list[Any]) -> Registry:
+    registry = Registry()
+
+    @registry.tool(effect="payout:{to}")
+    async def payout(to: str, legs: Any) -> str:  # untyped: validation passes it through
+        ran.append(legs)
+        return "paid"
+
+    return registry
+
+
+async def test_the_callers_dict_cannot_change_what_runs() -> None:
+    """A caller's nested objects are not shared with the call: changing them mid-call changes
+    nothing the body sees."""
+    ran: list[Any] = []
+    legs = [{"cents": 500}]
+
+    class Meddler:
+        def on_event(self, event: Any) -> None:
+            if event.type == "call.started":
+                legs[0]["cents"] = 9_999_999  # the caller's own object
+
+    executor = Executor(payout_registry(ran), hooks=[Meddler()])
+    assert await executor.call("payout", {"to": "acct-1", "legs": legs}) == "paid"
+    assert ran == [[{"cents": 500}]]
+
+
+async def test_arguments_changed_during_the_write_ahead_do_not_run() -> None:
+    """An observer that changes the running call's arguments before the body: the call fails
+    with ToolUsageError and the body never runs."""
+    ran: list[Any] = []
+
+    class Meddler:
+        def on_event(self, event: Any) -> None:
+            call = current_call()
+            if event.type == "call.started" and call is not None:
+                call.args["legs"][0]["cents"] = 9_999_999
+
+    ledger = MemoryLedger()
+    executor = Executor(payout_registry(ran), ledger=ledger, hooks=[Meddler()])
+    with pytest.raises(ToolUsageError):
+        await executor.call("payout", '{"to": "acct-1", "legs": [{"cents": 500}]}')
+    assert ran == []
+    assert [e.type async for e in ledger.read()][-1] == "call.failed"
+
+
+class FailingOnce(MemoryLedger):
+    """A memory ledger whose first batch holding ``call.started`` fails, like a busy disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def append_many(self, events: Any) -> Any:
+        if not self.failed and any(e.type == "call.started" for e in events):
+            self.failed = True
+            raise LedgerError("ledger test.db: appending: the disk is full")
+        return await super().append_many(events)
+
+
+async def test_a_failed_write_ahead_leaves_no_claim_behind() -> None:
+    """The batch before the body fails: the body does not run, the effect key is not held,
+    and the same call runs once the ledger works again."""
+    ran: list[Any] = []
+    ledger = FailingOnce()
+    executor = Executor(payout_registry(ran), ledger=ledger)
+    ctx = CallContext(run_id="r1", call_id="c1")
+    spec = executor.registry.get("payout")
+    args = {"to": "acct-1", "legs": [{"cents": 500}]}
+    with pytest.raises(LedgerError):
+        await executor.run_spec(spec, args, ctx)
+    assert (ran, executor.state.effects, executor.ambiguous_effects()) == ([], {}, {})
+    assert await executor.run_spec(spec, args, ctx) == "paid"
+    assert ran == [[{"cents": 500}]]
+    assert [e.type async for e in ledger.read()] == [
+        "call.requested",
+        "call.validated",
+        "effect.claimed",
+        "call.started",
+        "call.succeeded",
+    ]
+
+
+async def test_after_tool_sees_a_cancelled_call() -> None:
+    """A call cancelled in its body is recorded as call.cancelled and after_tool sees it."""
+    registry = Registry()
+    entered = asyncio.Event()
+    seen: list[str] = []
+
+    @registry.tool
+    async def slow() -> str:
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    class Watcher:
+        def after_tool(self, call: Any, outcome: Any) -> None:
+            seen.append(outcome.kind)
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, hooks=[Watcher()])
+    task = asyncio.create_task(executor.call("slow", {}))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]
+    assert [e.type async for e in ledger.read()][-1] == "call.cancelled"
+
+
+async def test_redacted_values_stay_out_of_recorded_error_text() -> None:
+    """A tool's or guard's error that quotes a redacted value is recorded without it."""
+    registry = Registry()
+
+    def pin_is_numeric(call: Any) -> None:
+        int(call.args["pin"])
+
+    @registry.tool(redact=("card_number",))
+    async def balance(card_number: str) -> int:
+        return {}[card_number]  # type: ignore[no-any-return]
+
+    @registry.tool(redact=("pin",), guards=[pin_is_numeric])
+    async def unlock(user: str, pin: str) -> str:
+        return "ok"
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger)
+    with pytest.raises(ToolFailed):
+        await executor.call("balance", {"card_number": "4111111111111111"})
+    with pytest.raises(GuardrailBlocked):
+        await executor.call("unlock", {"user": "u", "pin": "hunter2"})
+    leaked = [
+        r.seq for r in ledger.records if b"4111111111111111" in r.payload or b"hunter2" in r.payload
+    ]
+    assert leaked == []
+    failed = [e async for e in ledger.read() if e.type == "call.failed"]
+    assert [e.error for e in failed] == ["balance failed: KeyError: '[redacted]'"]
