@@ -151,3 +151,35 @@ async def test_redacted_values_stay_out_of_recorded_error_text() -> None:
     assert leaked == []
     failed = [e async for e in ledger.read() if e.type == "call.failed"]
     assert [e.error for e in failed] == ["balance failed: KeyError: '[redacted]'"]
+
+
+async def test_a_timed_out_sync_body_still_running_holds_its_key() -> None:
+    """A sync tool past its timeout keeps running in its thread: its ambiguous key cannot be
+    resolved as failed (and run again) until the thread returns."""
+    import threading
+
+    registry = Registry()
+    release = threading.Event()
+    refunds: list[str] = []
+
+    @registry.tool(effect="refund:{order_id}", timeout=0.05)
+    def refund(order_id: str) -> str:
+        release.wait(30)
+        refunds.append(order_id)
+        return "ok"
+
+    executor = Executor(registry)
+    from agent_adapter.errors import ToolTimeout
+
+    with pytest.raises(ToolTimeout):
+        await executor.call("refund", {"order_id": "A1"})
+    with pytest.raises(ToolUsageError) as refused:
+        await executor.resolve_effect("refund:A1", outcome="failed", reviewer="ops")
+    assert "still running in a worker thread" in str(refused.value)
+    release.set()
+    deadline = asyncio.get_running_loop().time() + 30
+    while "refund:A1" in executor._running_keys and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 (a thread, not a coroutine, clears it)
+        await asyncio.sleep(0.01)  # polling the thread's exit, bounded
+    await executor.resolve_effect("refund:A1", outcome="committed", reviewer="ops")
+    assert refunds == ["A1"]
+    assert executor.state.effects["refund:A1"].status == "committed"

@@ -99,7 +99,8 @@ async def resolve_effect(
     """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
 
     Recorded as ``effect.resolved``. Raises ToolUsageError for a key that is not
-    ambiguous (unknown, committed, or claimed by a call running in this process).
+    ambiguous (unknown, committed, or claimed by a call running in this process, a
+    timed-out sync body's thread included).
     """
     if outcome not in ("committed", "failed"):
         raise ToolUsageError('outcome must be "committed" or "failed"')
@@ -111,6 +112,11 @@ async def resolve_effect(
     if state is None or state.status != "ambiguous":
         status = "unknown" if state is None else state.status
         raise ToolUsageError(f"effect {key} is {status}, not ambiguous; nothing to resolve")
+    if key in self._running_keys:
+        raise ToolUsageError(
+            f"effect {key} is ambiguous but its body is still running in a worker thread "
+            "(a sync tool past its timeout); resolve it once that thread has returned"
+        )
     await self._record(
         [
             EffectResolved(

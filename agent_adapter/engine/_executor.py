@@ -113,6 +113,8 @@ class Executor:
                 self.state.cache_ttl[spec.name] = spec.cache
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        #: effect keys whose sync body is still running in a worker thread
+        self._running_keys: dict[str, int] = {}
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -364,6 +366,31 @@ class Executor:
             failed.counted = self.state.inflight[run.key].counted
             raise _Stop(failed, error)
 
+    async def _in_thread(self, fn: Callable[..., Any], call: Call) -> Any:
+        """A sync body in a worker thread (which sees ``current_call()``).
+
+        A timeout or cancel stops the wait, not the thread: while the thread runs, its
+        effect key is held in ``_running_keys`` so that nobody resolves it as failed and
+        runs the effect a second time beside it.
+        """
+        key = call.effect_key
+        if key is None:
+            return await asyncio.to_thread(fn, **call.args)
+        running = self._running_keys
+        running[key] = running.get(key, 0) + 1
+
+        def body() -> Any:
+            try:
+                return fn(**call.args)
+            finally:
+                left = running.get(key, 1) - 1  # under the GIL; one writer per key
+                if left:
+                    running[key] = left
+                else:
+                    running.pop(key, None)
+
+        return await asyncio.to_thread(body)
+
     def _rollback(self, run: _Run) -> None:
         """Undo a call's claims when its pre-body events could not be made durable.
 
@@ -469,7 +496,7 @@ class Executor:
             elif spec.is_async:
                 result = await spec.fn(**call.args)
             else:
-                result = await asyncio.to_thread(spec.fn, **call.args)
+                result = await self._in_thread(spec.fn, call)
         except _Stop:
             raise
         except AdapterError as exc:
@@ -542,7 +569,7 @@ class Executor:
             if spec.is_async:
                 result = await fn(**call.args)
             else:
-                result = await asyncio.to_thread(fn, **call.args)
+                result = await self._in_thread(fn, call)
         except (asyncio.CancelledError, TimeoutError) as exc:
             entry.done = True
             entry.task = None
