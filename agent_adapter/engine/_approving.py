@@ -107,34 +107,17 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             if decision is not None
             else "no approval port and no decision in the call context"
         )
-        now = clock()
-        self._emit(
+        denied = _deny(
+            self,
             run,
-            ApprovalRejected(
-                ts=now,
-                run_id=ctx.run_id,
-                call_id=ctx.call_id,
-                tool=call.tool,
-                request_id=request_id,
-                reviewer=reviewer,
-                source=source if decision is not None else "none",
-                digest=call.digest,
-                reason=reason,
-            ),
+            request_id,
+            call.digest,
+            reviewer,
+            source if decision is not None else "none",
+            reason,
         )
         message = f"{call.tool} was not approved" + (f": {reason}" if reason else "")
-        raise _Stop(
-            CallDenied(
-                ts=now,
-                run_id=ctx.run_id,
-                call_id=ctx.call_id,
-                tool=call.tool,
-                duration_ms=(now - run.t0) * 1000.0,
-                reviewer=reviewer,
-                reason=reason,
-            ),
-            ApprovalDenied(message),
-        )
+        raise _Stop(denied, ApprovalDenied(message))
     if decision.edits is not None:
         # An edit is an approval of new arguments: validated and checked again, and
         # then the only arguments the tool sees.
@@ -172,6 +155,43 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
     if decision.edits is not None:
         call = await self._checks(run, call)
     return call
+
+
+def _deny(
+    self: Executor,
+    run: _Run,
+    request_id: str,
+    digest: str,
+    reviewer: str,
+    source: str,
+    reason: str,
+) -> CallDenied:
+    """Emit ``approval.denied`` for ``digest``; return the ``call.denied`` outcome to record."""
+    now = self._clock()
+    ctx = run.ctx
+    self._emit(
+        run,
+        ApprovalRejected(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=run.spec.name,
+            request_id=request_id,
+            reviewer=reviewer,
+            source=source,
+            digest=digest,
+            reason=reason,
+        ),
+    )
+    return CallDenied(
+        ts=now,
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=run.spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        reviewer=reviewer,
+        reason=reason,
+    )
 
 
 def _pending(self: Executor, run: _Run, request_id: str) -> Event:
@@ -248,43 +268,24 @@ async def refuse(
     except ToolArgsInvalid as exc:
         await self._end(run, self._invalid(run, str(exc)), error=exc)
         return True
-    for event in (
+    request_id = os.urandom(16).hex()
+    self._emit(
+        run,
         CallValidated(
             ts=clock(), run_id=ctx.run_id, call_id=ctx.call_id, tool=spec.name, digest=call_digest
         ),
+    )
+    self._emit(
+        run,
         ApprovalRequested(
             ts=clock(),
             run_id=ctx.run_id,
             call_id=ctx.call_id,
             tool=spec.name,
-            request_id=os.urandom(16).hex(),
+            request_id=request_id,
             digest=call_digest,
         ),
-    ):
-        self._emit(run, event)
-    now = clock()
-    self._emit(
-        run,
-        ApprovalRejected(
-            ts=now,
-            run_id=ctx.run_id,
-            call_id=ctx.call_id,
-            tool=spec.name,
-            request_id=run.buffer[-1].request_id,  # type: ignore[attr-defined]
-            reviewer=reviewer,
-            source=source,
-            digest=call_digest,
-            reason=reason,
-        ),
     )
-    denied = CallDenied(
-        ts=now,
-        run_id=ctx.run_id,
-        call_id=ctx.call_id,
-        tool=spec.name,
-        duration_ms=(now - run.t0) * 1000.0,
-        reviewer=reviewer,
-        reason=reason,
-    )
+    denied = _deny(self, run, request_id, call_digest, reviewer, source, reason)
     await self._end(run, denied)
     return True
