@@ -33,6 +33,9 @@ class AdapterError(Exception):
     """Root of every error agent-adapter raises; ``kind`` names its category."""
 
     kind: ClassVar[str] = "adapter-error"
+    #: (run_id, call_id) of the call whose recorded outcome this error is; None for an
+    #: error raised directly (by a tool body, a guard, a port).
+    recorded_by: tuple[str, str] | None = None
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message)

@@ -183,3 +183,31 @@ async def test_a_timed_out_sync_body_still_running_holds_its_key() -> None:
     await executor.resolve_effect("refund:A1", outcome="committed", reviewer="ops")
     assert refunds == ["A1"]
     assert executor.state.effects["refund:A1"].status == "committed"
+
+
+async def test_a_tool_error_from_a_nested_call_does_not_free_the_outer_key() -> None:
+    """A body that did its effect, then called a tool that raised ToolError: the outer call
+    failed unexpectedly (ToolFailed, key ambiguous), it did not 'do nothing'."""
+    from agent_adapter.errors import AmbiguousEffect, ToolError
+
+    registry = Registry()
+    refunds: list[str] = []
+
+    @registry.tool
+    async def notify(order_id: str) -> str:
+        raise ToolError("the mail service refused the message")
+
+    executor = Executor(registry)
+
+    @registry.tool(effect="refund:{order_id}")
+    async def refund(order_id: str) -> str:
+        refunds.append(order_id)  # the money moved
+        return str(await executor.call("notify", {"order_id": order_id}))
+
+    with pytest.raises(ToolFailed) as failed:
+        await executor.call("refund", {"order_id": "A1"})
+    assert isinstance(failed.value.__cause__, ToolError)
+    assert list(executor.ambiguous_effects()) == ["refund:A1"]
+    with pytest.raises(AmbiguousEffect):
+        await executor.call("refund", {"order_id": "A1"})
+    assert refunds == ["A1"]

@@ -19,7 +19,14 @@ from typing import Any
 
 import msgspec
 
-from ..errors import AdapterError, ToolArgsInvalid, ToolFailed, ToolTimeout, ToolUsageError
+from ..errors import (
+    AdapterError,
+    ToolArgsInvalid,
+    ToolError,
+    ToolFailed,
+    ToolTimeout,
+    ToolUsageError,
+)
 from ..ledger._events import (
     CallCached,
     CallCancelled,
@@ -259,7 +266,11 @@ class Executor:
             await self._ensure_started()
         key = (ctx.run_id, ctx.call_id)
         if key in self.state.outcomes or key in self.state.inflight:
-            return await self._repeat(spec, args, ctx)
+            try:
+                return await self._repeat(spec, args, ctx)
+            except AdapterError as exc:
+                exc.recorded_by = key
+                raise
         clock = self._clock
         state = self.state
         run = _Run(spec, ctx, clock())
@@ -315,6 +326,8 @@ class Executor:
             return await self._execute(run, call)
         except _Stop as stop:
             await self._end(run, stop.outcome, error=stop.error)
+            if isinstance(stop.error, AdapterError):
+                stop.error.recorded_by = key
             raise stop.error from getattr(stop.error, "__cause__", None)
         except asyncio.CancelledError:
             # Never swallowed: recorded as the call's outcome (unless it has one), re-raised.
@@ -500,6 +513,16 @@ class Executor:
         except _Stop:
             raise
         except AdapterError as exc:
+            if isinstance(exc, ToolError) and exc.recorded_by is not None:
+                # A ToolError says "this tool did nothing", which frees its effect key;
+                # one that came out of a nested call is that call's outcome, not this
+                # body's statement: this body may have done its effect before it.
+                error = ToolFailed(
+                    f"{spec.name} failed: a nested call {exc.recorded_by[1]} raised {exc.kind}: "
+                    f"{exc}"
+                )
+                error.__cause__ = exc
+                raise _Stop(self._failed(run, error), error) from None
             raise _Stop(self._failed(run, exc), exc) from None
         except Exception as exc:
             # A TimeoutError that is not our deadline's lands here too: the tool's own.
