@@ -17,7 +17,7 @@ from agent_adapter.ledger import (
     Verification,
     replay,
 )
-from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION
+from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
 
 KEY = b"k" * 32
 
@@ -58,7 +58,7 @@ def query(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
 async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
     """A new file gets the events table, its run_id/call_id indexes and a versioned meta."""
     path = tmp_path / "l.db"
-    await fill(path, 1)
+    [event] = await fill(path, 1)
     columns = [row[1] for row in query(path, "PRAGMA table_info(events)")]
     assert columns == ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
     indexes = {
@@ -76,6 +76,9 @@ async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
         "format": "agent-adapter-ledger",
         "schema_version": str(SCHEMA_VERSION),
         "keyed": "0",
+        "head_seq": "1",
+        "head_hash": event.hash,
+        "head_mac": _head_mac(1, event.hash, None),
     }
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
 
@@ -291,6 +294,210 @@ async def test_rechained_rows_without_the_key_are_caught(tmp_path: Path) -> None
     assert (result.ok, result.first_bad_seq) == (False, 1)
 
 
+# -- the head -------------------------------------------------------------------------
+
+
+def rechain(path: Path, key: bytes | None = None) -> str:
+    """Recompute every row's prev and hash (plain SHA-256 without ``key``); the last hash."""
+    from agent_adapter.ledger import chain_hash
+
+    prev = ""
+    for seq, payload in query(path, "SELECT seq, payload FROM events ORDER BY seq"):
+        assert isinstance(seq, int) and isinstance(payload, bytes)
+        digest = chain_hash(seq, prev, payload, key)
+        query(path, "UPDATE events SET prev = ?, hash = ? WHERE seq = ?", prev, digest, seq)
+        prev = digest
+    return prev
+
+
+def set_head(path: Path, seq: int, hash_: str, mac: str) -> None:
+    """Overwrite the head's three meta rows, as someone editing the file would."""
+    for name, value in (("head_seq", str(seq)), ("head_hash", hash_), ("head_mac", mac)):
+        query(path, "UPDATE meta SET value = ? WHERE name = ?", value, name)
+
+
+@pytest.mark.parametrize("deleted", [1, 3, 5])
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
+async def test_deleted_tail_is_named(tmp_path: Path, deleted: int, readonly: bool) -> None:
+    """Deleting the last rows (all of them too) makes verify() name the first deleted seq."""
+    path = tmp_path / "l.db"
+    await fill(path, 5)
+    query(path, "DELETE FROM events WHERE seq > ?", 5 - deleted)
+    left = 5 - deleted
+    async with SQLiteLedger(path, readonly=readonly) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=left,
+            first_bad_seq=left + 1,
+            reason=f"the ledger ends at seq {left} but its head says 5: events were deleted "
+            "from the end",
+        )
+
+
+async def test_append_after_a_deleted_tail_is_refused(tmp_path: Path) -> None:
+    """A writer does not append past a head that is ahead: that would erase the evidence."""
+    path = tmp_path / "l.db"
+    await fill(path, 5)
+    query(path, "DELETE FROM events WHERE seq > 3")
+    async with SQLiteLedger(path) as ledger:
+        with pytest.raises(LedgerError) as caught:
+            await ledger.append(requested("c9"))
+        assert (await ledger.verify()).first_bad_seq == 4
+    assert str(caught.value) == (
+        f"ledger {path}: the ledger ends at seq 3 but its head says 5: events were deleted "
+        "from the end (or replaced); appends are refused so that the evidence stays (see "
+        "ledger verify)"
+    )
+    assert query(path, "SELECT count(*) FROM events") == [(3,)]
+
+
+async def test_replaced_last_record_is_named(tmp_path: Path) -> None:
+    """An unkeyed tail rewritten and re-chained (head untouched) no longer matches the head."""
+    path = tmp_path / "l.db"
+    await fill(path, 3)
+    query(
+        path,
+        "UPDATE events SET payload = CAST(replace(payload, 'c2', 'c9') AS BLOB), call_id = 'c9'"
+        " WHERE seq = 3",
+    )
+    rechain(path)
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=2,
+            first_bad_seq=3,
+            reason="seq 3 is not the record its head names (replaced)",
+        )
+
+
+async def test_deleted_tail_and_forged_head_need_the_key(tmp_path: Path) -> None:
+    """With a key, a truncation is caught whether the head is left alone or forged without it."""
+    from agent_adapter.ledger import chain_hash
+
+    path = tmp_path / "l.db"
+    events = await fill(path, 5, key=KEY)
+    query(path, "DELETE FROM events WHERE seq > 3")
+    async with SQLiteLedger(path, key=KEY, readonly=True) as ledger:
+        left_alone = await ledger.verify()
+    # Rewritten to name seq 3: plain SHA-256 over what the MAC covers, and an HMAC with
+    # another key, are both refused.
+    forged = []
+    for key in (None, b"not the key"):
+        set_head(path, 3, events[2].hash, chain_hash(3, events[2].hash, b"head keyed=1", key))
+        async with SQLiteLedger(path, key=KEY, readonly=True) as ledger:
+            forged.append(await ledger.verify())
+    assert left_alone == Verification(
+        ok=False,
+        checked=3,
+        first_bad_seq=4,
+        reason="the ledger ends at seq 3 but its head says 5: events were deleted from the end",
+    )
+    assert forged == 2 * [
+        Verification(
+            ok=False,
+            checked=3,
+            first_bad_seq=4,
+            reason="the head (it says seq 3) does not match its MAC: it was altered, or "
+            "written without the key",
+        )
+    ]
+
+
+async def test_keyed_flag_flipped_and_rechained_is_caught_with_the_key(tmp_path: Path) -> None:
+    """Flag set to 0, rows and head re-chained with SHA-256: only the key-holder can tell."""
+    path = tmp_path / "l.db"
+    await fill(path, 5, key=KEY)
+    query(path, "DELETE FROM events WHERE seq > 3")
+    query(path, "UPDATE meta SET value = '0' WHERE name = 'keyed'")
+    last = rechain(path)
+    set_head(path, 3, last, _head_mac(3, last, None))
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        without_key = await ledger.verify()
+    async with SQLiteLedger(path, key=KEY, readonly=True) as ledger:
+        with_key = await ledger.verify()
+    writer = SQLiteLedger(path, key=KEY)
+    with pytest.raises(LedgerError) as caught:
+        await writer.verify()
+    await writer.close()
+    # The limit of an unkeyed check: a deliberate rewrite verifies.
+    assert without_key == Verification(ok=True, checked=3)
+    assert with_key == Verification(
+        ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"
+    )
+    assert str(caught.value) == (
+        f"ledger {path} was written without a key; a key cannot be added to an existing chain"
+    )
+
+
+async def test_keyed_flag_flipped_alone_is_caught(tmp_path: Path) -> None:
+    """Flag set to 0 over a keyed chain: the key-holder names the flag, the others fail seq 1."""
+    path = tmp_path / "l.db"
+    await fill(path, 3, key=KEY)
+    query(path, "UPDATE meta SET value = '0' WHERE name = 'keyed'")
+    results = []
+    for key in (KEY, None):
+        async with SQLiteLedger(path, key=key, readonly=True) as ledger:
+            results.append(await ledger.verify())
+    writer = SQLiteLedger(path, key=KEY)
+    with pytest.raises(LedgerError) as caught:
+        await writer.open()
+    await writer.close()
+    assert results == [
+        Verification(
+            ok=False,
+            checked=0,
+            first_bad_seq=1,
+            reason=f"ledger {path} is marked unkeyed, but it was written with this key: its "
+            "'keyed' flag was altered",
+        ),
+        Verification(
+            ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"
+        ),
+    ]
+    assert str(caught.value) == (
+        f"ledger {path} is marked unkeyed, but it was written with this key: its 'keyed' flag "
+        "was altered"
+    )
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
+async def test_ledger_from_before_heads_verifies_and_gets_one(
+    tmp_path: Path, key: bytes | None
+) -> None:
+    """A file without head rows verifies (the reason says so) and its next append adds one."""
+    path = tmp_path / "l.db"
+    await fill(path, 3, key=key)
+    query(path, "DELETE FROM meta WHERE name LIKE 'head_%'")
+    async with SQLiteLedger(path, key=key, readonly=True) as ledger:
+        before = await ledger.verify()
+    async with SQLiteLedger(path, key=key) as ledger:
+        await ledger.append(requested("c3"))
+        after = await ledger.verify()
+    assert (before, after) == (
+        Verification(
+            ok=True,
+            checked=3,
+            reason="no head recorded (the ledger was written before heads were kept): "
+            "deletions from its end cannot be detected until an append records one",
+        ),
+        Verification(ok=True, checked=4),
+    )
+
+
+async def test_partly_deleted_head_is_named(tmp_path: Path) -> None:
+    """A head with a row missing is not taken for a ledger from before heads."""
+    path = tmp_path / "l.db"
+    await fill(path, 2)
+    query(path, "DELETE FROM meta WHERE name = 'head_mac'")
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=2,
+            first_bad_seq=3,
+            reason="the head is incomplete (part of it was deleted)",
+        )
+
+
 # -- keys -----------------------------------------------------------------------------
 
 
@@ -436,7 +643,13 @@ async def test_events_of_a_newer_version_verify(tmp_path: Path) -> None:
         chain_hash(2, first.hash, payload),
     )
     async with SQLiteLedger(path) as ledger:
-        assert await ledger.verify() == Verification(ok=True, checked=2)
+        # Inserted beside the ledger, as a writer from before heads would: the head trails.
+        assert await ledger.verify() == Verification(
+            ok=True,
+            checked=2,
+            reason="the head names seq 1 but the ledger ends at seq 2: the events after "
+            "seq 1 were appended without updating it, so deleting them would go undetected",
+        )
         [_, newer] = await read_all(ledger)
         assert isinstance(newer, UnknownEvent)
         assert (newer.original_type, newer.data) == ("call.teleported", {"to": "mars"})

@@ -20,6 +20,20 @@ SQLite file with other tables, or a ledger written by a newer schema raises
 ``LedgerError`` naming the path, and nothing in it or beside it is changed (the probe
 creates no -wal/-shm files).
 
+Head. Every append transaction also stores the ledger's head in meta: the last seq
+and hash (``head_seq``, ``head_hash``) and ``head_mac``, a ``chain_hash`` over them and
+the keyed flag (see ``_head_mac``). A chain alone cannot show that events were deleted
+from its end, since what remains still links; the head can. With a key the MAC is an
+HMAC, so deleting the tail and rewriting the head needs the key; without one it is
+plain SHA-256, which catches an accidental truncation (a lost WAL, a bad copy) but not
+a deliberate one. The head is one more statement per transaction, not per event, and
+the writer refuses to append past a head that is ahead of the table (appending would
+overwrite the evidence). A file written before heads were kept has none: it verifies,
+with a reason saying deletions from its end cannot be detected, and gets its head on
+its next append. Two limits no in-file head can lift: whoever keeps a copy of an older
+head (all three rows) can truncate back to it and restore it, and a keyed ledger whose
+tail and head rows are both deleted reads as one written before heads were kept.
+
 Read-only. ``readonly=True`` starts no writer: one thread with a query-only connection
 that never takes the write lock, so it reads while another process holds it, and works
 on a file or directory it cannot write. See ``_connect_snapshot`` for how it avoids
@@ -31,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import os
 import queue
 import sqlite3
@@ -73,7 +88,32 @@ _INSERT = (
     "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_LAST = "SELECT seq, prev, hash, payload FROM events ORDER BY seq DESC LIMIT 1"
+# The head (None, None without one) beside the last row (all None in an empty table):
+# one statement, so reading the head costs the append transaction nothing extra.
+_LAST = (
+    "SELECT (SELECT value FROM meta WHERE name = 'head_seq'),"
+    " (SELECT value FROM meta WHERE name = 'head_hash'),"
+    " last.seq, last.prev, last.hash, last.payload"
+    " FROM (SELECT 1) LEFT JOIN"
+    " (SELECT seq, prev, hash, payload FROM events ORDER BY seq DESC LIMIT 1) AS last"
+)
+_HEAD_NAMES = ("head_seq", "head_hash", "head_mac")
+_PUT_HEAD = (
+    "INSERT OR REPLACE INTO meta (name, value)"
+    " VALUES ('head_seq', ?), ('head_hash', ?), ('head_mac', ?)"
+)
+# Once the rows exist: values only, so the commit rewrites the meta table's page but
+# not its name index (REPLACE rewrites both; every page costs WAL bytes at each commit).
+_UPDATE_HEAD = (
+    "UPDATE meta SET value = CASE name WHEN 'head_seq' THEN ? WHEN 'head_hash' THEN ?"
+    " ELSE ? END WHERE name IN ('head_seq', 'head_hash', 'head_mac')"
+)
+_READ_HEAD = (
+    "SELECT name, value FROM meta WHERE name IN ('keyed', 'head_seq', 'head_hash', 'head_mac')"
+)
+# What the head's MAC covers besides seq and hash: the keyed flag. Not JSON, so a head
+# MAC can never equal a record's hash (whose payload is an encoded event).
+_HEAD_KEYED, _HEAD_UNKEYED = b"head keyed=1", b"head keyed=0"
 
 # Primary result codes (the low byte of an extended code).
 _BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
@@ -183,6 +223,26 @@ def _inspect(conn: sqlite3.Connection, path: str) -> dict[str, str] | None:
             f"{version}; this version reads up to {SCHEMA_VERSION}); it was left unchanged"
         )
     return meta
+
+
+def _head_mac(seq: int, hash_: str, key: bytes | None) -> str:
+    """The head's MAC: ``chain_hash`` over (seq, hash, keyed flag), an HMAC with ``key``.
+
+    The flag is ``key is not None``: a keyed ledger's head is an HMAC over "keyed=1",
+    an unkeyed one's is plain SHA-256 over "keyed=0". So a key-holder can tell that a
+    meta 'keyed' flag of 0 was altered: the head still verifies under the key.
+    """
+    return chain_hash(seq, hash_, _HEAD_KEYED if key is not None else _HEAD_UNKEYED, key)
+
+
+def _head_seq(value: object, path: str) -> int:
+    try:
+        seq = int(str(value))
+    except ValueError:
+        seq = -1
+    if seq < 0:
+        raise LedgerError(f"ledger {path}: its head is unreadable (head_seq {value!r})")
+    return seq
 
 
 def _signature(path: str) -> tuple[int, ...] | None:
@@ -520,20 +580,31 @@ class _Writer(_Worker):
     def _transaction(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         # Inside the write lock: another process may have appended since our last commit.
-        last = conn.execute(_LAST).fetchone()
-        if last is None:
+        head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
+            _LAST
+        ).fetchone()
+        key = self._key
+        if last_seq is None:
             seq, prev = 0, ""
         else:
-            seq, prev = last[0], last[2]
-            key = self._key
-            if key is not None and chain_hash(seq, last[1], last[3], key) != prev:
+            seq, prev = last_seq, last_hash
+            if key is not None and chain_hash(seq, last_prev, last_payload, key) != prev:
                 raise LedgerError(
                     f"ledger {self._path}: the key does not match the last record (seq "
                     f"{seq}); appending with it would break the chain (wrong key, or the "
                     "record was altered)"
                 )
+        if head_seq is not None:
+            # Appending past a head that names more (or other) events than the table
+            # holds would rewrite the head and erase the evidence of a truncation.
+            at = _head_seq(head_seq, self._path)
+            if at > seq or (at == seq and head_hash != prev):
+                raise LedgerError(
+                    f"ledger {self._path}: the ledger ends at seq {seq} but its head says "
+                    f"{at}: events were deleted from the end (or replaced); appends are "
+                    "refused so that the evidence stays (see ledger verify)"
+                )
         rows: list[tuple[Any, ...]] = []
-        key = self._key
         for batch in batches:
             chained: list[tuple[Any, ...]] = []
             try:
@@ -554,6 +625,9 @@ class _Writer(_Worker):
             seq, prev = at, link
         if rows:
             conn.executemany(_INSERT, rows)
+            # In the same transaction: the head is exactly as durable as the events.
+            put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
+            conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
         conn.execute("COMMIT")
 
 
@@ -578,6 +652,10 @@ class SQLiteLedger:
     - ``key`` (bytes) makes every hash an HMAC; the file records that it is keyed
       (never the key). Without the key such a file can be read, but ``verify()``
       reports that it cannot check and appends raise ``LedgerError``.
+    - Each append transaction also stores the head (last seq and hash, with a MAC):
+      ``verify()`` reports events deleted from the end. The MAC is an HMAC with a key;
+      without one it is plain SHA-256, which catches an accidental truncation, not a
+      deliberate one. With a key, a 'keyed' flag altered to 0 is reported too.
     - ``readonly=True`` opens for reading only: no writer thread, one query-only
       connection, nothing created or changed (a missing file is a ``LedgerError``, and
       so is ``append``). It never waits for another process's write lock. While another
@@ -741,22 +819,48 @@ class SQLiteLedger:
                         ("keyed", "1" if self._key is not None else "0"),
                     ],
                 )
+                # A head from the start: deleting every event is then caught too.
+                conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
                 self._keyed = self._key is not None
             else:
                 self._keyed = meta.get("keyed") == "1"
                 if self._key is not None and not self._keyed:
-                    if conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
-                        raise LedgerError(
-                            f"ledger {self.path} was written without a key; a key cannot "
-                            "be added to an existing chain"
-                        )
+                    self._refuse_unkeyed_chain(conn, self._key, meta)
                     conn.execute("UPDATE meta SET value = '1' WHERE name = 'keyed'")
+                    conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
                     self._keyed = True
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _refuse_unkeyed_chain(
+        self, conn: sqlite3.Connection, key: bytes, meta: dict[str, str]
+    ) -> None:
+        """LedgerError unless the unkeyed ledger is empty, so that ``key`` can be added."""
+        head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
+            _LAST
+        ).fetchone()
+        if last_seq is None and head_seq in (None, "0"):
+            return
+        # A record or a head that verifies under the key was written with it: the
+        # flag, not the caller, is wrong.
+        if (
+            last_seq is not None and chain_hash(last_seq, last_prev, last_payload, key) == last_hash
+        ) or (
+            head_seq is not None
+            and _head_mac(_head_seq(head_seq, self.path), head_hash or "", key)
+            == meta.get("head_mac")
+        ):
+            raise LedgerError(
+                f"ledger {self.path} is marked unkeyed, but it was written with this key: "
+                "its 'keyed' flag was altered"
+            )
+        raise LedgerError(
+            f"ledger {self.path} was written without a key; a key cannot be added to an "
+            "existing chain"
+        )
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -881,27 +985,25 @@ class SQLiteLedger:
                 future.add_done_callback(_ignore_result)
 
     async def verify(self) -> Verification:
-        """Check the whole stored chain (seq continuity, links, hashes of stored bytes)."""
+        """Check the whole stored chain (seq continuity, links, hashes of stored bytes)
+        and that it ends where its authenticated head says (see ``_check_head``)."""
         if self._reader is None:
             await self.open()
         reader = self._reader
         if reader is None:
             raise LedgerError(f"ledger {self.path} is closed")
         if self._keyed and self._key is None:
-            return Verification(
-                ok=False,
-                checked=0,
-                reason=(
-                    f"ledger {self.path} is keyed (HMAC): its chain cannot be checked "
-                    "without the key"
-                ),
-            )
+            return self._cannot_check()
         key, path = self._key, self.path
 
         def check(conn: sqlite3.Connection) -> Verification:
             # The hash covers the payload; reads filter on the indexed columns. So the
             # columns must say what the payload says, or a filtered read could hide events.
             mismatch: list[int] = []
+            # The hash of the last record, and of the one at the head's seq.
+            last = [""]
+            at_head: list[str] = []
+            head_at = -1
 
             def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
                 for row in cursor:
@@ -918,14 +1020,29 @@ class SQLiteLedger:
                     )
                     if not mismatch and not _columns_match(record):
                         mismatch.append(record.seq)
+                    if record.seq == head_at:
+                        at_head.append(record.hash)
+                    last[0] = record.hash
                     yield record
 
             try:
-                cursor = conn.execute(
-                    "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
-                    " FROM events ORDER BY seq"
-                )
-                result = verify_records(records(cursor), key)
+                # One read transaction: the head and the records are of one snapshot,
+                # or a commit between the two reads would look like a truncation.
+                conn.execute("BEGIN")
+                try:
+                    meta = {str(k): str(v) for k, v in conn.execute(_READ_HEAD)}
+                    if meta.get("head_seq") is not None:
+                        with contextlib.suppress(LedgerError):
+                            head_at = _head_seq(meta["head_seq"], path)
+                    cursor = conn.execute(
+                        "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
+                        " FROM events ORDER BY seq"
+                    )
+                    result = verify_records(records(cursor), key)
+                    cursor.close()
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")  # it only read
             except sqlite3.Error as exc:
                 raise _translate(path, "verifying", exc, self._busy_timeout_s) from exc
             # A broken hash or link at or before that row is the stronger finding.
@@ -938,10 +1055,125 @@ class SQLiteLedger:
                     first_bad_seq=seq,
                     reason=f"seq {seq}: its indexed columns do not match its payload (altered)",
                 )
-            return result
+            if not result.ok:
+                return result
+            if key is None and meta.get("keyed") == "1":
+                return self._cannot_check()  # marked keyed since this ledger was opened
+            return _check_head(
+                path, result.checked, last[0], at_head[0] if at_head else None, meta, key
+            )
 
         result: Verification = await reader.submit(check)
         return result
+
+    def _cannot_check(self) -> Verification:
+        return Verification(
+            ok=False,
+            checked=0,
+            reason=(
+                f"ledger {self.path} is keyed (HMAC): its chain cannot be checked without the key"
+            ),
+        )
+
+
+def _check_head(
+    path: str,
+    last_seq: int,
+    last_hash: str,
+    hash_at_head: str | None,
+    meta: dict[str, str],
+    key: bytes | None,
+) -> Verification:
+    """After records 1..``last_seq`` verified: does the chain end where its head says?
+
+    The rule for the keyed flag: a verifier with the key checks the head under the key
+    (an HMAC over "keyed=1"), whatever meta says. So when meta says unkeyed but the
+    records (or, in an empty ledger, the head) verify under the key, the ledger was
+    written keyed and its flag was altered: not ok. One without the key can check an
+    unkeyed ledger's head (plain SHA-256) and a keyed one's not at all.
+    """
+    names = [name for name in _HEAD_NAMES if name in meta]
+    flag_altered = key is not None and meta.get("keyed") != "1" and bool(last_seq or names)
+    if not names:
+        if flag_altered:
+            return _flag_altered(path)
+        return Verification(
+            ok=True,
+            checked=last_seq,
+            reason=(
+                "no head recorded (the ledger was written before heads were kept): "
+                "deletions from its end cannot be detected until an append records one"
+            ),
+        )
+    if len(names) < len(_HEAD_NAMES):
+        return _bad_head(last_seq, "the head is incomplete (part of it was deleted)")
+    try:
+        head_seq = _head_seq(meta["head_seq"], path)
+    except LedgerError:
+        return _bad_head(last_seq, f"the head is unreadable (head_seq {meta['head_seq']!r})")
+    head_hash, head_mac = meta["head_hash"], meta["head_mac"]
+    expected = _head_mac(head_seq, head_hash, key)
+    if not head_mac.isascii() or not hmac.compare_digest(expected, head_mac):
+        if key is not None and meta.get("keyed") != "1":
+            return _bad_head(
+                last_seq,
+                f"ledger {path} is marked unkeyed and its head does not verify under this "
+                "key: it was not written with the key (or was rewritten without it)",
+            )
+        return _bad_head(
+            last_seq,
+            f"the head (it says seq {head_seq}) does not match its MAC: it was altered"
+            + (", or written without the key" if key is not None else ""),
+        )
+    if flag_altered:
+        return _flag_altered(path)
+    if head_seq > last_seq:
+        return Verification(
+            ok=False,
+            checked=last_seq,
+            first_bad_seq=last_seq + 1,
+            reason=(
+                f"the ledger ends at seq {last_seq} but its head says {head_seq}: "
+                "events were deleted from the end"
+            ),
+        )
+    if head_hash != (last_hash if head_seq == last_seq else hash_at_head or ""):
+        return Verification(
+            ok=False,
+            checked=head_seq - 1,
+            first_bad_seq=head_seq,
+            reason=f"seq {head_seq} is not the record its head names (replaced)",
+        )
+    if head_seq < last_seq:
+        # Appended by a writer that keeps no head (a version from before heads).
+        return Verification(
+            ok=True,
+            checked=last_seq,
+            reason=(
+                f"the head names seq {head_seq} but the ledger ends at seq {last_seq}: "
+                f"the events after seq {head_seq} were appended without updating it, so "
+                "deleting them would go undetected"
+            ),
+        )
+    return Verification(ok=True, checked=last_seq)
+
+
+def _bad_head(last_seq: int, reason: str) -> Verification:
+    # Nothing after the last intact record can be vouched for without a sound head.
+    return Verification(ok=False, checked=last_seq, first_bad_seq=last_seq + 1, reason=reason)
+
+
+def _flag_altered(path: str) -> Verification:
+    # The flag says how every record is checked, from seq 1: none is vouched for.
+    return Verification(
+        ok=False,
+        checked=0,
+        first_bad_seq=1,
+        reason=(
+            f"ledger {path} is marked unkeyed, but it was written with this key: its "
+            "'keyed' flag was altered"
+        ),
+    )
 
 
 def _columns_match(record: Record) -> bool:
