@@ -1,0 +1,268 @@
+"""Steps 7-10 of the pipeline: cache, effect claim, the write-ahead, the body under its
+deadline, output guards and the outcome; and what protects the body's arguments."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import AdapterError, ToolError, ToolFailed, ToolTimeout, ToolUsageError
+from ..ledger._events import CallCached, CallStarted, CallSucceeded, CallTimedOut
+from ._context import Call, Outcome, _current
+from ._deadline import deadline
+from ._digest import digest
+from ._run import _Run, _Stop
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+
+__all__: list[str] = []
+
+
+def _unchanged(self: Executor, run: _Run, call: Call) -> None:
+    """Refuse arguments changed in place since their digest was taken (``call.failed``).
+
+    Hooks, guards and confirm rules get the validated dict itself; approvals, the
+    cache and effect keys bind to its digest, so a change made in place would run
+    arguments nobody approved under the approved digest. Checked only when such
+    code ran for the call.
+    """
+    try:
+        same = digest(call.args) == call.digest
+    except (TypeError, ValueError, OverflowError):
+        same = False
+    if not same:
+        error = ToolUsageError(
+            f"the arguments of {call.tool} were changed in place after validation (by a "
+            "hook, guard or confirm rule); approvals, cache and effects bind to their digest"
+        )
+        failed = self._failed(run, error)
+        failed.counted = self.state.inflight[run.key].counted
+        raise _Stop(failed, error)
+
+
+async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
+    """A sync body in a worker thread (which sees ``current_call()``).
+
+    A timeout or cancel stops the wait, not the thread: while the thread runs, its
+    effect key is held in ``_running_keys`` so that nobody resolves it as failed and
+    runs the effect a second time beside it.
+    """
+    key = call.effect_key
+    if key is None:
+        return await asyncio.to_thread(fn, **call.args)
+    running = self._running_keys
+    running[key] = running.get(key, 0) + 1
+
+    def body() -> Any:
+        try:
+            return fn(**call.args)
+        finally:
+            left = running.get(key, 1) - 1  # under the GIL; one writer per key
+            if left:
+                running[key] = left
+            else:
+                running.pop(key, None)
+
+    return await asyncio.to_thread(body)
+
+
+def _rollback(self: Executor, run: _Run) -> None:
+    """Undo a call's claims when its pre-body events could not be made durable.
+
+    Nothing of that batch is in the ledger (a batch commits whole), and the body never
+    ran: the in-memory projection must not keep an effect claim, a run count or an
+    in-flight entry that a replay of the ledger would not have. The caller gets the
+    ledger's error; no outcome is recorded (the ledger is failing).
+    """
+    run.ended = True
+    state = self.state
+    inflight = state.inflight.pop(run.key, None)
+    if inflight is None:
+        return
+    if inflight.counted:
+        run_id, tool = run.key[0], inflight.tool
+        state.run_calls[run_id] = state.run_calls.get(run_id, 1) - 1
+        state.tool_calls[(run_id, tool)] = state.tool_calls.get((run_id, tool), 1) - 1
+    key = inflight.effect_key
+    claim = state.effects.get(key) if key is not None else None
+    if claim is not None and (claim.run_id, claim.call_id) == run.key:
+        del state.effects[key]  # type: ignore[arg-type]
+
+
+async def _execute(self: Executor, run: _Run, call: Call) -> Any:
+    """Steps 7-10: cache, effect claim, started, body, output guards, outcome."""
+    spec = run.spec
+    ctx = run.ctx
+    clock = self._clock
+    if spec.cache is not None:
+        hit, value = self.state.cached(spec.name, call.digest, clock())
+        if hit:
+            now = clock()
+            await self._end(
+                run,
+                CallCached(
+                    ts=now,
+                    run_id=ctx.run_id,
+                    call_id=ctx.call_id,
+                    tool=spec.name,
+                    duration_ms=(now - run.t0) * 1000.0,
+                    result=value,
+                    digest=call.digest,
+                ),
+            )
+            return value
+    effect_key = None
+    if spec.effect is not None:
+        effect_key = self._claim(run, call)
+        call = msgspec.structs.replace(call, effect_key=effect_key)
+        run.call = call
+        _current.set(call)
+    started = CallStarted(
+        ts=clock(),
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=spec.name,
+        digest=call.digest,
+        effect_key=effect_key or "",
+    )
+    self.state._started(started)
+    run.buffer.append(started)
+    run.started = True
+    # Durable before the body runs, so a crash leaves an ambiguous call, never a
+    # forgotten one. (_flush inlined: the buffer is never empty here.)
+    events, run.buffer = run.buffer, []
+    try:
+        await self.ledger.append_many(events)
+    except Exception:
+        self._rollback(run)
+        raise
+    if self._observed:
+        await self._dispatch(events)
+    if run.exposed or self._observed:
+        # Code that saw the arguments may have run during that await (an on_event
+        # hook, or a task holding what a hook or guard was given): the body gets
+        # exactly the digested arguments or does not run.
+        self._unchanged(run, call)
+    run.reached_body = True
+    try:
+        if spec.timeout is not None:
+            result = await self._timed(run, call)
+        elif spec.is_async:
+            result = await spec.fn(**call.args)
+        else:
+            result = await self._in_thread(spec.fn, call)
+    except _Stop:
+        raise
+    except AdapterError as exc:
+        if isinstance(exc, ToolError) and exc.recorded_by is not None:
+            # A ToolError says "this tool did nothing", which frees its effect key;
+            # one that came out of a nested call is that call's outcome, not this
+            # body's statement: this body may have done its effect before it.
+            error = ToolFailed(
+                f"{spec.name} failed: a nested call {exc.recorded_by[1]} raised {exc.kind}: {exc}"
+            )
+            error.__cause__ = exc
+            raise _Stop(self._failed(run, error), error) from None
+        raise _Stop(self._failed(run, exc), exc) from None
+    except Exception as exc:
+        # A TimeoutError that is not our deadline's lands here too: the tool's own.
+        error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        raise _Stop(self._failed(run, error), error) from None
+    if spec.output_guards or self._output_guards:
+        await self._guard(
+            run, call, "output", spec.output_guards + self._output_guards, (call, result)
+        )
+    try:
+        builtins = msgspec.to_builtins(result)
+    except (TypeError, ValueError, OverflowError) as exc:
+        error = ToolFailed(f"{spec.name} returned a value that cannot be encoded: {exc}")
+        error.__cause__ = exc
+        raise _Stop(self._failed(run, error), error) from None
+    now = clock()
+    if spec.redact_result:
+        outcome = CallSucceeded(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            result_digest=digest(builtins),
+            redacted=True,
+        )
+    else:
+        outcome = CallSucceeded(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            result=builtins,
+        )
+    # _end inlined for the success outcome (the common one): same order of steps.
+    self.state._outcome(outcome)
+    run.buffer.append(outcome)
+    run.ended = True
+    events, run.buffer = run.buffer, []
+    await self.ledger.append_many(events)
+    if self._observed:
+        await self._dispatch(events)
+    if self._after:
+        await self._after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
+    return result
+
+
+async def _timed(self: Executor, run: _Run, call: Call) -> Any:
+    """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``.
+
+    ``asyncio.timeout``'s semantics with a deadline that shares its timer (``_deadline``)
+    and no context manager: at the deadline the task is cancelled; a CancelledError
+    that our cancel caused (no other cancel request pending, counted with
+    ``cancelling``/``uncancel``) becomes the timeout,
+    and any other cancel propagates. A TimeoutError the tool raises on its own is a
+    tool failure, unless our deadline fired first (as ``scope.expired()`` said).
+    """
+    spec = run.spec
+    fn = spec.fn
+    entry = deadline(spec.timeout)  # type: ignore[arg-type]
+    task: asyncio.Task[Any] = entry.task  # type: ignore[assignment]  # set until done
+    cancelling = task.cancelling()
+    try:
+        if spec.is_async:
+            result = await fn(**call.args)
+        else:
+            result = await self._in_thread(fn, call)
+    except (asyncio.CancelledError, TimeoutError) as exc:
+        entry.done = True
+        entry.task = None
+        if not entry.fired:
+            raise
+        if task.uncancel() > cancelling and isinstance(exc, asyncio.CancelledError):
+            raise  # someone else cancelled the task too: theirs wins
+        now = self._clock()
+        raise _Stop(
+            CallTimedOut(
+                ts=now,
+                run_id=run.ctx.run_id,
+                call_id=run.ctx.call_id,
+                tool=spec.name,
+                duration_ms=(now - run.t0) * 1000.0,
+                timeout_s=spec.timeout,  # type: ignore[arg-type]
+            ),
+            ToolTimeout(f"{spec.name} did not finish within {spec.timeout} s"),
+        ) from None
+    except BaseException:
+        entry.done = True
+        entry.task = None
+        if entry.fired:
+            task.uncancel()
+        raise
+    entry.done = True
+    entry.task = None
+    if entry.fired:
+        task.uncancel()  # the body finished despite our cancel: the request is withdrawn
+    return result
