@@ -1,0 +1,349 @@
+"""The SQLite ledger's worker threads: the group-commit writer and the readers.
+
+Threads. A writer thread owns the only write connection and drains a queue of pending
+appends: in one ``BEGIN IMMEDIATE`` transaction it reads the last seq and hash from the
+table (another process may have appended since), chains every queued event, inserts
+them and commits, then wakes every waiter with one hop back to the event loop. Appends
+that arrive while a transaction is being written wait in the queue and share the next
+one (group commit); each ``append`` returns only once its own transaction committed.
+A reader thread owns a second, query-only connection for ``read`` and ``verify``, so
+reads never wait behind an fsync. Both are daemon threads with plain ``sqlite3``
+connections: one thread hop per batch (not per statement), and a ledger that is never
+closed cannot keep the interpreter from exiting.
+
+A read-only ledger has one thread, ``_ReadOnlyReader``, reading through the snapshot
+connections of ``_sqlite_files``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import LedgerError
+from ._chain import chain_hash, make_record
+from ._events import Event
+from ._sqlite_files import (
+    _SNAPSHOT_TRIES,
+    _Changed,
+    _checked,
+    _connect_snapshot,
+    _is_busy,
+    _probe,
+    _signature,
+    _translate,
+)
+from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD, _head_mac, _head_seq
+
+if TYPE_CHECKING:
+    from ._sqlite import SQLiteLedger
+
+_INSERT = (
+    "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_STOP = object()
+_astuple = msgspec.structs.astuple
+
+
+def _deliver(
+    future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None
+) -> None:
+    """From a worker thread: settle ``future`` on its loop (a closed loop has no waiter)."""
+
+    def settle() -> None:
+        if future.done():
+            return  # the waiter was cancelled; the work itself is done (or failed)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):
+        future.get_loop().call_soon_threadsafe(settle)
+
+
+class _Batch:
+    """One ``append``/``append_many`` call: its events and the future its caller awaits."""
+
+    __slots__ = ("error", "events", "future")
+
+    def __init__(self, events: list[Event], future: asyncio.Future[None]) -> None:
+        self.events = events
+        self.future = future
+        self.error: BaseException | None = None
+
+
+def _settle_batches(batches: list[_Batch]) -> None:
+    for batch in batches:
+        if batch.future.done():
+            continue
+        if batch.error is not None:
+            batch.future.set_exception(batch.error)
+        else:
+            batch.future.set_result(None)
+
+
+class _Worker:
+    """A daemon thread that owns one sqlite3 connection; the loop talks to it by queue."""
+
+    def __init__(self, name: str, path: str, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._closed_message = f"ledger {path} is closed"
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._ready: asyncio.Future[None] | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        self.stopping = False
+        self.conn: sqlite3.Connection | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._stopped = loop.create_future()
+        self._thread.start()
+        await self._ready
+
+    async def stop(self) -> None:
+        # Set on the loop thread before the stop is queued, and checked (on the loop
+        # thread) before any work is queued: no work can land behind the stop and wait
+        # forever.
+        self.stopping = True
+        self.queue.put(_STOP)
+        assert self._stopped is not None
+        await asyncio.shield(self._stopped)
+
+    def _main(self) -> None:
+        assert self._ready is not None and self._stopped is not None
+        try:
+            self.conn = self._connect()
+        except BaseException as exc:
+            _deliver(self._ready, error=exc)
+            _deliver(self._stopped)
+            return
+        _deliver(self._ready)
+        try:
+            self.serve()
+        finally:
+            self.conn.close()
+            _deliver(self._stopped)
+
+    def serve(self) -> None:
+        """Run ``fn(conn)`` for each queued ``(fn, future)`` until stopped."""
+        get = self.queue.get
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            fn, future = item
+            try:
+                result = self.call(fn)
+            except BaseException as exc:
+                _deliver(future, error=exc)
+            else:
+                _deliver(future, result)
+
+    def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        assert self.conn is not None
+        return fn(self.conn)
+
+    def submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
+        """Queue ``fn(conn)``; the future gets its result (LedgerError once stopping)."""
+        future = asyncio.get_running_loop().create_future()
+        if self.stopping:
+            future.set_exception(LedgerError(self._closed_message))
+        else:
+            self.queue.put((fn, future))
+        return future
+
+
+class _ReadOnlyReader(_Worker):
+    """The only thread of a read-only ledger: a query-only connection that never writes.
+
+    Its connection comes from ``_connect_snapshot``. A snapshot (immutable) connection
+    is checked before each job: once the file changed (a writer arrived or finished),
+    it is reopened, live through the writer's WAL when there is one; and each job's
+    result is kept only if the file did not change while it ran.
+    """
+
+    def __init__(self, ledger: SQLiteLedger) -> None:
+        super().__init__(f"agent-adapter ledger reader {ledger.path}", ledger.path, self._open)
+        self._path = ledger.path
+        self._wait_s = ledger._busy_timeout_s
+        self._snapshot: Any = None
+        self.meta: dict[str, str] | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        # The first open checks the file as a writer's probe would; the file must exist.
+        if self.meta is None:
+            meta = _probe(self._path, must_exist=True, wait_s=self._wait_s)
+            if meta is None:
+                raise LedgerError(
+                    f"ledger {self._path} is an empty database, not a ledger yet (a "
+                    "read-only ledger is never created)"
+                )
+            self.meta = meta
+        conn, self._snapshot = _connect_snapshot(self._path, self._wait_s)
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        for _ in range(_SNAPSHOT_TRIES):
+            snapshot = self._snapshot
+            if snapshot is not None and _signature(self._path) != snapshot:
+                assert self.conn is not None
+                self.conn.close()
+                self.conn = self._open()
+            assert self.conn is not None
+            try:
+                return _checked(self.conn, self._snapshot, self._path, fn)
+            except _Changed:
+                continue
+        raise LedgerError(
+            f"ledger {self._path}: reading: the file kept changing while it was read; try again"
+        )
+
+
+class _Writer(_Worker):
+    """The group-commit writer: each wake-up drains the queue into one transaction."""
+
+    def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
+        super().__init__(f"agent-adapter ledger writer {ledger.path}", ledger.path, connect)
+        self._path = ledger.path
+        self._key = ledger._key
+        self._wait_s = ledger._busy_timeout_s
+
+    def serve(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        get, get_nowait = self.queue.get, self.queue.get_nowait
+        while True:
+            item = get()
+            batches: list[_Batch] = []
+            stop = False
+            while True:
+                if item is _STOP:
+                    stop = True
+                    break
+                batches.extend(item)
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            if batches:
+                self._write(conn, batches)
+                self._wake(batches)
+            if stop:
+                return
+
+    @staticmethod
+    def _wake(batches: list[_Batch]) -> None:
+        # One hop back per loop (normally one loop), not one per waiter.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Batch]] = {}
+        for batch in batches:
+            by_loop.setdefault(batch.future.get_loop(), []).append(batch)
+        for loop, group in by_loop.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_batches, group)
+
+    def _write(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+        deadline = time.monotonic() + self._wait_s
+        pause = 0.001
+        while True:
+            for batch in batches:
+                batch.error = None
+            try:
+                self._transaction(conn, batches)
+                return
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if _is_busy(exc) and time.monotonic() < deadline:
+                    # The busy handler already waited; SQLite skips it in some cases
+                    # (recovery, deadlock avoidance), so wait a little here too.
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+                    continue
+                error: BaseException = _translate(self._path, "appending", exc, self._wait_s)
+            except Exception as exc:
+                # Anything else (a key that does not fit, a bug) fails these appends and
+                # leaves the writer serving: a dead writer would leave waiters hanging.
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, LedgerError):
+                    error = exc
+                else:
+                    error = LedgerError(f"ledger {self._path}: appending failed: {exc!r}")
+                    error.__cause__ = exc
+            for batch in batches:
+                batch.error = error
+                _unchain(batch.events)
+            return
+
+    def _transaction(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        # Inside the write lock: another process may have appended since our last commit.
+        head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
+            _LAST
+        ).fetchone()
+        key = self._key
+        if last_seq is None:
+            seq, prev = 0, ""
+        else:
+            seq, prev = last_seq, last_hash
+            if key is not None and chain_hash(seq, last_prev, last_payload, key) != prev:
+                raise LedgerError(
+                    f"ledger {self._path}: the key does not match the last record (seq "
+                    f"{seq}); appending with it would break the chain (wrong key, or the "
+                    "record was altered)"
+                )
+        if head_seq is not None:
+            # Appending past a head that names more (or other) events than the table
+            # holds would rewrite the head and erase the evidence of a truncation.
+            at = _head_seq(head_seq, self._path)
+            if at > seq or (at == seq and head_hash != prev):
+                raise LedgerError(
+                    f"ledger {self._path}: the ledger ends at seq {seq} but its head says "
+                    f"{at}: events were deleted from the end (or replaced); appends are "
+                    "refused so that the evidence stays (see ledger verify)"
+                )
+        rows: list[tuple[Any, ...]] = []
+        for batch in batches:
+            chained: list[tuple[Any, ...]] = []
+            try:
+                at, link = seq, prev
+                for event in batch.events:
+                    at += 1
+                    record = make_record(event, at, link, key)
+                    # Record's fields are in the column order of _INSERT.
+                    chained.append(_astuple(record))
+                    link = record.hash
+            except Exception as exc:
+                # Only this caller's events are refused; the others still commit.
+                batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
+                batch.error.__cause__ = exc
+                _unchain(batch.events)
+                continue
+            rows.extend(chained)
+            seq, prev = at, link
+        if rows:
+            conn.executemany(_INSERT, rows)
+            # In the same transaction: the head is exactly as durable as the events.
+            put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
+            conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
+        conn.execute("COMMIT")
+
+
+def _unchain(events: list[Event]) -> None:
+    for event in events:
+        event.seq, event.prev, event.hash = 0, "", ""
