@@ -214,13 +214,17 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
     # asyncio.run's SIGINT handler only schedules a cancellation, which a blocked read
     # never lets run, so ^C gets Python's default handler back for the read itself.
     def read(prompt: str) -> str | None:
-        out.write(prompt)
-        out.flush()
         if threading.current_thread() is not threading.main_thread():
+            out.write(prompt)
+            out.flush()
             line = stdin.readline()
         else:
+            # The handler is in place before the prompt shows: a ^C typed the moment it
+            # appears must not reach asyncio's handler, which a blocked read never runs.
             previous = signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
+                out.write(prompt)
+                out.flush()
                 line = stdin.readline()
             finally:
                 signal.signal(signal.SIGINT, previous)
