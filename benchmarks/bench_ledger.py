@@ -51,7 +51,8 @@ from agent_adapter.ledger import (
     decode_event,
 )
 from agent_adapter.ledger._chain import make_record
-from agent_adapter.ledger._sqlite import _INSERT, _SCHEMA
+from agent_adapter.ledger._sqlite_files import _SCHEMA
+from agent_adapter.ledger._sqlite_threads import _INSERT
 
 APPENDERS = (1, 16, 64)
 BATCH = 64
