@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,19 +9,14 @@ from agents import get_current_trace
 from agents.agent_tool_state import get_agent_tool_state_scope
 
 from ...engine import CallContext, Decision, TokenTable
+from ...engine._run import _new_id
 
 __all__ = ["INTEGRATION", "NAME", "OpenAIAgentsIntegration", "state_run_id"]
 
 #: The bridge's name in ``Registry.tool(targets=...)`` and in request metadata.
 NAME = "openai_agents"
 _NO_OP_TRACE_ID = "no-op"
-_ID_PREFIX = os.urandom(6).hex()
-_ids = itertools.count(1)
-
-
-def new_id(kind: str) -> str:
-    """A process-unique id (random prefix + counter: cheaper than uuid4 per call)."""
-    return f"{kind}_{_ID_PREFIX}{next(_ids):x}"
+new_id = _new_id  # the engine's ids: a process-random prefix and a counter
 
 
 def trace_run_id() -> str | None:
