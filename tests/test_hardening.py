@@ -150,7 +150,7 @@ async def test_redacted_values_stay_out_of_recorded_error_text() -> None:
     ]
     assert leaked == []
     failed = [e async for e in ledger.read() if e.type == "call.failed"]
-    assert [e.error for e in failed] == ["balance failed: KeyError: '[redacted]'"]
+    assert [e.error for e in failed] == ["balance failed: KeyError: [redacted]"]
 
 
 async def test_a_timed_out_sync_body_still_running_holds_its_key() -> None:
@@ -211,3 +211,116 @@ async def test_a_tool_error_from_a_nested_call_does_not_free_the_outer_key() -> 
     with pytest.raises(AmbiguousEffect):
         await executor.call("refund", {"order_id": "A1"})
     assert refunds == ["A1"]
+
+
+async def test_a_sync_body_that_never_left_the_queue_does_not_hold_its_key() -> None:
+    """A sync effect body still queued for a worker when its deadline fires never runs:
+    its key is ambiguous but not held by a running thread, so it can be resolved."""
+    import concurrent.futures
+    import threading
+
+    from agent_adapter.errors import ToolTimeout
+
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(pool)
+    gate = threading.Event()
+    busy = loop.run_in_executor(None, gate.wait, 30)  # the only worker is taken
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.tool(effect="refund:{order_id}", timeout=0.05)
+    def refund(order_id: str) -> str:
+        ran.append(order_id)
+        return "ok"
+
+    executor = Executor(registry)
+    with pytest.raises(ToolTimeout):
+        await executor.call("refund", {"order_id": "A1"})
+    gate.set()
+    await busy
+    await loop.run_in_executor(None, lambda: None)  # the queued item was skipped
+    assert (ran, executor._running_keys) == ([], {})
+    await executor.resolve_effect("refund:A1", outcome="failed", reviewer="ops")
+    assert "refund:A1" not in executor.state.effects
+
+
+async def test_a_failed_write_ahead_keeps_a_count_the_ledger_already_holds() -> None:
+    """approval.requested was durable before the port was asked: when the next write fails,
+    the call still counts, live as on replay."""
+    from agent_adapter import CallbackApproval, RunLimits
+    from agent_adapter.errors import RunLimitExceeded
+
+    registry = Registry()
+
+    @registry.tool(confirm=True)
+    async def pay(order_id: str) -> str:
+        return "paid " + order_id
+
+    ledger = FailingOnce()
+    port = CallbackApproval(lambda request: True)
+    limits = RunLimits(max_calls=1)
+    executor = Executor(registry, ledger=ledger, approval=port, limits=limits)
+    with pytest.raises(LedgerError):
+        await executor.call("pay", {"order_id": "A"}, run_id="r1", call_id="c1")
+    with pytest.raises(RunLimitExceeded):
+        await executor.call("pay", {"order_id": "B"}, run_id="r1", call_id="c2")
+    replayed = await Executor.open(registry, ledger=ledger, approval=port, limits=limits)
+    assert replayed.state.run_calls == executor.state.run_calls == {"r1": 1}
+
+
+async def test_objects_a_guard_kept_cannot_change_what_the_body_runs() -> None:
+    """A guard keeps the nested arguments and changes them while the body awaits: the body
+    works on its own copy of the digested arguments."""
+    held: list[Any] = []
+
+    def guard(call: Any) -> None:
+        held.append(call.args["lines"])
+
+    registry = Registry()
+    paid: list[int] = []
+    body_started = asyncio.Event()
+    changed = asyncio.Event()
+
+    @registry.tool(guards=[guard], effect="refund:{order_id}")
+    async def refund(order_id: str, lines: list[dict[str, int]]) -> str:
+        body_started.set()
+        await changed.wait()
+        paid.append(sum(line["amount"] for line in lines))
+        return "ok"
+
+    executor = Executor(registry)
+    task = asyncio.create_task(
+        executor.call("refund", {"order_id": "A1", "lines": [{"amount": 5}]})
+    )
+    await body_started.wait()
+    held[0][0]["amount"] = 1_000_000
+    changed.set()
+    assert await task == "ok"
+    assert paid == [5]
+
+
+async def test_redacted_containers_and_reprs_are_scrubbed_too() -> None:
+    """A redacted dict argument, or a value quoted by repr with escapes, never reaches the
+    recorded error text."""
+    registry = Registry()
+
+    @registry.tool(redact=("card",))
+    async def charge(card: dict[str, str]) -> str:
+        raise ValueError(f"declined: {card}")
+
+    @registry.tool(redact=("password",))
+    async def login(password: str) -> str:
+        raise ValueError(f"bad password {password!r}")
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger)
+    with pytest.raises(ToolFailed):
+        await executor.call("charge", {"card": {"number": "4111111111111111"}})
+    with pytest.raises(ToolFailed):
+        await executor.call("login", {"password": "s3cr3t\\x"})
+    errors = [e.error async for e in ledger.read() if e.type == "call.failed"]
+    assert errors == [
+        "charge failed: ValueError: declined: [redacted]",
+        "login failed: ValueError: bad password [redacted]",
+    ]

@@ -68,6 +68,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         source = "port"
         # Durable before a reviewer is asked: the request may outlive this process.
         await self._flush(run)
+        run.count_durable = True  # approval.requested (the counting event) is on disk
         request = ApprovalRequest(
             request_id=request_id,
             run_id=ctx.run_id,

@@ -4,7 +4,9 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
+from hashlib import sha256
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -13,7 +15,7 @@ from ..errors import AdapterError, ToolError, ToolFailed, ToolTimeout, ToolUsage
 from ..ledger._events import CallCached, CallStarted, CallSucceeded, CallTimedOut
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
-from ._digest import digest
+from ._digest import canonical, digest
 from ._run import _Run, _Stop
 
 if TYPE_CHECKING:
@@ -22,16 +24,19 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-def _unchanged(self: Executor, run: _Run, call: Call) -> None:
+def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) -> Call:
     """Refuse arguments changed in place since their digest was taken (``call.failed``).
 
     Hooks, guards and confirm rules get the validated dict itself; approvals, the
     cache and effect keys bind to its digest, so a change made in place would run
     arguments nobody approved under the approved digest. Checked only when such
-    code ran for the call.
+    code ran for the call. With ``fresh``, returns the call with its own copy of the
+    arguments, decoded from the bytes just digested: code that kept a reference to the
+    objects it was shown can no longer change what the body runs.
     """
     try:
-        same = digest(call.args) == call.digest
+        data = canonical(call.args)
+        same = sha256(data).hexdigest() == call.digest
     except (TypeError, ValueError, OverflowError):
         same = False
     if not same:
@@ -42,6 +47,17 @@ def _unchanged(self: Executor, run: _Run, call: Call) -> None:
         failed = self._failed(run, error)
         failed.counted = self.state.inflight[run.key].counted
         raise _Stop(failed, error)
+    if not fresh:
+        return call
+    args_type = run.spec.args_type
+    if args_type is not None:
+        copy = msgspec.structs.asdict(msgspec.json.decode(data, type=args_type))
+    else:
+        copy = msgspec.json.decode(data)
+    call = msgspec.structs.replace(call, args=copy)
+    run.call = call
+    _current.set(call)
+    return call
 
 
 async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
@@ -56,18 +72,36 @@ async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
         return await asyncio.to_thread(fn, **call.args)
     running = self._running_keys
     running[key] = running.get(key, 0) + 1
+    lock = threading.Lock()
+    stage = ["queued"]  # -> "running" in the thread, or "abandoned" here; under ``lock``
+
+    def release() -> None:
+        left = running.get(key, 1) - 1  # under the GIL; one writer per key
+        if left:
+            running[key] = left
+        else:
+            running.pop(key, None)
 
     def body() -> Any:
+        with lock:
+            if stage[0] == "abandoned":
+                return None  # the wait was cancelled before the thread began: never ran
+            stage[0] = "running"
         try:
             return fn(**call.args)
         finally:
-            left = running.get(key, 1) - 1  # under the GIL; one writer per key
-            if left:
-                running[key] = left
-            else:
-                running.pop(key, None)
+            release()
 
-    return await asyncio.to_thread(body)
+    try:
+        return await asyncio.to_thread(body)
+    except BaseException:
+        with lock:
+            if stage[0] == "queued":
+                # Cancelled (a timeout) while still queued for a worker: the body will
+                # never run, so the key is not held by a running thread.
+                stage[0] = "abandoned"
+                release()
+        raise
 
 
 def _rollback(self: Executor, run: _Run) -> None:
@@ -83,7 +117,7 @@ def _rollback(self: Executor, run: _Run) -> None:
     inflight = state.inflight.pop(run.key, None)
     if inflight is None:
         return
-    if inflight.counted:
+    if inflight.counted and not run.count_durable:
         run_id, tool = run.key[0], inflight.tool
         state.run_calls[run_id] = state.run_calls.get(run_id, 1) - 1
         state.tool_calls[(run_id, tool)] = state.tool_calls.get((run_id, tool), 1) - 1
@@ -145,8 +179,8 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     if run.exposed or self._observed:
         # Code that saw the arguments may have run during that await (an on_event
         # hook, or a task holding what a hook or guard was given): the body gets
-        # exactly the digested arguments or does not run.
-        self._unchanged(run, call)
+        # exactly the digested arguments, in a copy nobody else holds, or does not run.
+        call = self._unchanged(run, call, fresh=True)
     run.reached_body = True
     try:
         if spec.timeout is not None:

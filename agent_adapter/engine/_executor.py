@@ -138,26 +138,29 @@ class Executor:
         """
         if self._started:
             return
-        opener = getattr(self.ledger, "open", None)
-        if opener is not None:
-            await opener()
-        state = Projection()
-        state.cache_ttl.update(self.state.cache_ttl)
-        apply = state.apply
-        async for event in self.ledger.read():
-            apply(event)
-        state.settle()
-        self.state = state
-        self._started = True
-
-    async def _ensure_started(self) -> None:
-        # An executor on an existing ledger that nobody started would forget its limits,
-        # effect keys and finished calls: the first call replays the ledger instead. The
-        # lock makes concurrent first calls wait for one replay.
+        # One replay, whoever asks first (open, async with, or a first call): a second
+        # replay running beside it could replace state that calls already changed.
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
-            await self.start()
+            if self._started:
+                return
+            opener = getattr(self.ledger, "open", None)
+            if opener is not None:
+                await opener()
+            state = Projection()
+            state.cache_ttl.update(self.state.cache_ttl)
+            apply = state.apply
+            async for event in self.ledger.read():
+                apply(event)
+            state.settle()
+            self.state = state
+            self._started = True
+
+    async def _ensure_started(self) -> None:
+        # An executor on an existing ledger that nobody started would forget its limits,
+        # effect keys and finished calls: the first call replays the ledger instead.
+        await self.start()
 
     async def close(self) -> None:
         """Close the ledger (idempotent)."""

@@ -71,22 +71,34 @@ def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
     return validated, sha256(data).hexdigest()
 
 
+def _secrets(value: Any) -> list[str]:
+    """The texts a redacted value can appear as in a message: str and repr of each leaf."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _secrets(v)] + [repr(value)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _secrets(v)] + [repr(value)]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, str | int | float):
+        return [repr(value), str(value)]
+    return [repr(value), str(value)]
+
+
 def _scrub(text: str, run: _Run) -> str:
     """``text`` with the values of the spec's redacted arguments replaced, for the ledger.
 
     Error messages (a tool's exception, a guard's reason, a hook's failure) often quote
-    the value that caused them; a redacted value must not reach an event that way.
+    the value that caused them, as ``str`` or ``repr``, whole or a part of a container;
+    a redacted value must not reach an event that way. Longer texts go first, so a
+    value's repr is replaced before its bare str.
     """
     names = run.spec.redact
     call = run.call
     if not names or call is None:
         return text
-    for name in names:
-        value = call.args.get(name)
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            shown = str(value)
-            if shown:
-                text = text.replace(shown, "[redacted]")
+    found = {t for name in names for t in _secrets(call.args.get(name)) if t}
+    for shown in sorted(found, key=len, reverse=True):
+        text = text.replace(shown, "[redacted]")
     return text
 
 
@@ -104,6 +116,7 @@ class _Run:
     __slots__ = (
         "buffer",
         "call",
+        "count_durable",
         "ctx",
         "ended",
         "exposed",
@@ -126,6 +139,9 @@ class _Run:
         # Set when user code (a hook, guard, confirm rule or port) saw the arguments: they
         # are checked against their digest again right before the body runs.
         self.exposed = False
+        # Set once an event that counted the call against its run limits is durable
+        # (approval.requested before a port is asked): a later failed write keeps it.
+        self.count_durable = False
         # Set once the outcome is emitted: a cancel that lands later (in an after_tool
         # hook, or while the outcome is being written) must not add a second outcome.
         self.ended = False
