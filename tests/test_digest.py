@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import hashlib
+import uuid
 from typing import Any
 
 import msgspec
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_adapter import Registry, digest
-from agent_adapter.engine import canonical
+from agent_adapter.engine import _digest, canonical
 
 
 class Color(enum.Enum):
@@ -209,3 +211,94 @@ def test_any_change_gives_another_digest(args: dict[str, Any], data: Any) -> Non
     """Changing one value, key or length anywhere changes the digest."""
     other = _changed(args, data)
     assert digest(other) != digest(args)
+
+
+# -- the fast path (orjson) must give the pinned bytes ---------------------------------
+
+
+def test_the_fast_encoder_is_in_use() -> None:
+    """The installed orjson passed the import-time probe (else every digest is msgspec's)."""
+    assert _digest._FAST is not None
+    assert _digest.canonical is not _digest._reference
+
+
+wide_scalars = (
+    json_scalars
+    | st.integers()  # beyond 64 bits: orjson refuses, msgspec encodes
+    | st.floats(allow_nan=False).map(lambda f: f * 1e300)
+    | st.sampled_from([1e16, -1e16, 1.5e-7, -0.0, 0.0, 1e-5, 5e-324, 1e308, float("inf")])
+    | st.text(alphabet=st.sampled_from('-0.e+"\\1'), max_size=8)  # text that looks like numbers
+)
+wide_values = st.recursive(
+    wide_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(deadline=None, max_examples=2000)  # timing is not under test
+@given(wide_values)
+def test_fast_path_matches_the_reference_encoding(value: Any) -> None:
+    """orjson + the fix-ups give byte-for-byte msgspec's pinned form, for any JSON value."""
+    assert canonical(value) == _digest._reference(value)
+
+
+def test_fast_path_matches_the_reference_for_every_code_point() -> None:
+    """Every character, as a value and as a key sorted among others, encodes as pinned."""
+    points = [*range(0x10000), *range(0x10000, 0x110000, 97)]
+    for cp in points:
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        char = chr(cp)
+        value = {char: [char, f"a{char}b"], "a": 1, "\U0001f600": 2, "\uffff": 3, "": char}
+        assert canonical(value) == _digest._reference(value), hex(cp)
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"big": 2**64, "neg": -(2**63) - 1, "f": 1e16},
+        {"when": datetime.datetime(2026, 11, 30, 1, 2, 3, tzinfo=datetime.UTC)},
+        {"d": datetime.date(2026, 11, 30)},
+        {"u": uuid.UUID(int=7)},
+        {"s": _Str("x"), "i": _Int(3), "f": 1e16},
+        {"enum": Color.RED, "level": Level.HIGH},
+        {"t": (1, "a", 2.5e20)},
+        {1: "int key", "1": "str key"},
+        {"p": msgspec.defstruct("P", [("y", int), ("x", float)])(y=1, x=-0.0)},
+        {"lone": "\ud800"},
+    ],
+    ids=[
+        "big-ints",
+        "datetime",
+        "date",
+        "uuid",
+        "subclasses",
+        "enums",
+        "tuple",
+        "int-key",
+        "struct",
+        "surrogate",
+    ],
+)
+def test_values_orjson_handles_differently_take_the_reference_path(value: Any) -> None:
+    """Anything beyond plain JSON is encoded exactly as msgspec encodes it (or refused alike)."""
+    try:
+        expected = _digest._reference(value)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            canonical(value)
+    else:
+        assert canonical(value) == expected
