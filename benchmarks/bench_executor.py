@@ -29,6 +29,7 @@ import logging
 import pstats
 import statistics
 import sys
+import time
 from typing import Any
 
 from _harness import (
@@ -50,7 +51,13 @@ from agents.tool_context import ToolContext
 from agent_adapter.engine import CallContext, Decision, Executor, Registry
 from agent_adapter.engine._digest import digest
 from agent_adapter.ledger import MemoryLedger
-from agent_adapter.ledger._events import encode_event
+from agent_adapter.ledger._events import (
+    CallRequested,
+    CallStarted,
+    CallSucceeded,
+    CallValidated,
+    encode_event,
+)
 
 RAW = (
     '{"order_id":"ord_0001","customer":"cus_42","amount":99.5,'
@@ -77,6 +84,7 @@ FLOOR = "floor: await fn(**kwargs)"
 CORE = "**ours: run_spec, MemoryLedger, no confirm, no timeout**"
 TOKEN = "**ours: run_spec + timeout + approval token in ctx**"
 CORE_DICT = "ours: run_spec, args as a dict"
+CONTRACT_FLOOR = "contract floor: validate + digest + 4 chained events + body, no executor"
 TARGETS = {CORE: 0.5, TOKEN: 0.75}
 RUNNER_TARGET = 0.02
 
@@ -252,7 +260,45 @@ class Parts(Ours):
                 setattr(state, handler, lambda event: None)
 
 
+class ContractFloor:
+    """What the contract alone costs per call: no executor at all (``--floors``).
+
+    The model's text validated and digested, the four events every executed call must
+    append (``call.requested``, ``call.validated``, ``call.started`` before the body, the
+    outcome after it) in the two appends the write-ahead needs, on a real ``MemoryLedger``
+    (encode + SHA-256 chain + record), and the body. No ids, no projection, no context
+    variable, no error handling: a lower bound for any executor that keeps the contract.
+    """
+
+    def __init__(self) -> None:
+        self.spec = Registry().tool(lookup_order)
+        self.ledger = MemoryLedger()
+
+    def reset(self, n: int) -> None:
+        self.ledger = MemoryLedger()
+
+    async def call(self) -> Any:
+        spec, ledger = self.spec, self.ledger
+        call_id = f"c{next(_ids)}"
+        now = time.time
+        args = spec.validate(RAW)
+        call_digest = digest(args)
+        common = {"run_id": "run-bench", "call_id": call_id, "tool": spec.name}
+        await ledger.append_many(
+            [
+                CallRequested(ts=now(), args=RAW, **common),
+                CallValidated(ts=now(), digest=call_digest, **common),
+                CallStarted(ts=now(), digest=call_digest, **common),
+            ]
+        )
+        result = await lookup_order(**args)
+        await ledger.append_many([CallSucceeded(ts=now(), result=result, **common)])
+        return result
+
+
 async def floors(args: Any) -> None:
+    contract = ContractFloor()
+    assert await contract.call() == "ok" and (await contract.ledger.verify()).checked == 4
     variants = {
         "run_spec, MemoryLedger (as CORE)": Parts(MemoryLedger),
         "run_spec + timeout, MemoryLedger": Parts(MemoryLedger, timeout=True),
@@ -262,7 +308,8 @@ async def floors(args: Any) -> None:
     }
     res = await abench(
         [Variant(BASE, sdk_invoke()), Variant(FLOOR, lambda: lookup_order(**KWARGS))]
-        + [Variant(name, v.core_call, setup=v.reset) for name, v in variants.items()],
+        + [Variant(name, v.core_call, setup=v.reset) for name, v in variants.items()]
+        + [Variant(CONTRACT_FLOOR, contract.call, setup=contract.reset)],
         baseline=BASE,
         rounds=args.rounds,
         block_ms=args.block_ms,
