@@ -12,14 +12,21 @@ from ._run import _Run, _Stop
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_claim", "ambiguous_effects", "resolve_effect"]
+__all__ = ["_Stale", "_claim", "ambiguous_effects", "resolve_effect"]
 
 
-def _claim(self: Executor, run: _Run, call: Call) -> str:
+class _Stale(Exception):
+    """Internal: the key is claimed by another process as of our last news of it."""
+
+
+def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
     """Step 8: claim the rendered effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
     by a call with no outcome with ``call.ambiguous`` (AmbiguousEffect); neither runs.
+    With ``fresh`` False, a key that is not committed raises ``_Stale``: on a ledger
+    shared with other processes its state here may be old (the claimer may have finished
+    since), so the caller catches up with the ledger and asks again.
     """
     spec = run.spec
     try:
@@ -35,6 +42,8 @@ def _claim(self: Executor, run: _Run, call: Call) -> str:
     state = self.state.effects.get(key)
     ctx = run.ctx
     if state is not None:
+        if not fresh and state.status != "committed":
+            raise _Stale
         now = self._clock()
         if state.status == "committed":
             same = state.digest == call.digest

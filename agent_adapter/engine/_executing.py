@@ -11,17 +11,36 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import AdapterError, ToolError, ToolFailed, ToolTimeout, ToolUsageError
-from ..ledger._events import CallCached, CallStarted, CallSucceeded, CallTimedOut
+from ..errors import (
+    AdapterError,
+    AmbiguousEffect,
+    ToolError,
+    ToolFailed,
+    ToolTimeout,
+    ToolUsageError,
+)
+from ..ledger._events import (
+    CallAmbiguous,
+    CallCached,
+    CallStarted,
+    CallSucceeded,
+    CallTimedOut,
+    EffectClaimed,
+    Event,
+)
+from ..ledger._follow import EffectTaken
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
+from ._effects import _Stale
 from ._run import _Run, _Stop
 
 if TYPE_CHECKING:
     from ._executor import Executor
 
 __all__: list[str] = []
+
+_CLAIM_EVENTS = (EffectClaimed, CallStarted)
 
 
 def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) -> Call:
@@ -127,6 +146,55 @@ def _rollback(self: Executor, run: _Run) -> None:
         del state.effects[key]  # type: ignore[arg-type]
 
 
+def _unclaim(self: Executor, run: _Run, call: Call, events: list[Event], counted: bool) -> Call:
+    """Undo a claim whose write-ahead was refused (``EffectTaken``): nothing was written.
+
+    The call is back where it stood before the claim step: its earlier events buffered
+    again, no claim, not started, counted only if it was before.
+    """
+    state = self.state
+    key = call.effect_key
+    mine = state.effects.get(key) if key is not None else None
+    if mine is not None and (mine.run_id, mine.call_id) == run.key:
+        del state.effects[key]  # type: ignore[arg-type]
+    inflight = state.inflight.get(run.key)
+    if inflight is not None:
+        inflight.started = False
+        inflight.effect_key = None
+        inflight.run_digest = ""
+        if inflight.counted and not counted:
+            inflight.counted = False
+            run_id, tool = run.key[0], inflight.tool
+            state.run_calls[run_id] -= 1
+            state.tool_calls[(run_id, tool)] -= 1
+    run.started = False
+    run.buffer = [e for e in events if not isinstance(e, _CLAIM_EVENTS)]
+    call = msgspec.structs.replace(call, effect_key=None)
+    run.call = call
+    _current.set(call)
+    return call
+
+
+def _taken(self: Executor, run: _Run, taken: EffectTaken) -> tuple[Event, AmbiguousEffect]:
+    now = self._clock()
+    reason = (
+        f"effect {taken.key} was claimed by another process (seq {taken.seq}) each time "
+        "this call tried; its outcome is unknown here"
+    )
+    return (
+        CallAmbiguous(
+            ts=now,
+            run_id=run.ctx.run_id,
+            call_id=run.ctx.call_id,
+            tool=run.spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            key=taken.key,
+            reason=reason,
+        ),
+        AmbiguousEffect(reason, key=taken.key),
+    )
+
+
 async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     """Steps 7-10: cache, effect claim, started, body, output guards, outcome."""
     spec = run.spec
@@ -149,31 +217,53 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                 ),
             )
             return value
-    effect_key = None
-    if spec.effect is not None:
-        effect_key = self._claim(run, call)
-        call = msgspec.structs.replace(call, effect_key=effect_key)
-        run.call = call
-        _current.set(call)
-    started = CallStarted(
-        ts=clock(),
-        run_id=ctx.run_id,
-        call_id=ctx.call_id,
-        tool=spec.name,
-        digest=call.digest,
-        effect_key=effect_key or "",
-    )
-    self.state._started(started)
-    run.buffer.append(started)
-    run.started = True
-    # Durable before the body runs, so a crash leaves an ambiguous call, never a
-    # forgotten one. (_flush inlined: the buffer is never empty here.)
-    events, run.buffer = run.buffer, []
-    try:
-        await self.ledger.append_many(events)
-    except Exception:
-        self._rollback(run)
-        raise
+    attempts = 0
+    counted = False
+    events: list[Event] = []
+    while True:
+        effect_key = None
+        if spec.effect is not None:
+            counted = self.state.inflight[run.key].counted
+            try:
+                effect_key = self._claim(run, call, fresh=attempts > 0 or not self._shared)
+            except _Stale:
+                # Another process claimed the key: hear what became of it, then decide.
+                attempts += 1
+                catch_up = getattr(self.ledger, "catch_up", None)
+                if catch_up is not None:
+                    await catch_up()
+                continue
+            call = msgspec.structs.replace(call, effect_key=effect_key)
+            run.call = call
+            _current.set(call)
+        started = CallStarted(
+            ts=clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            digest=call.digest,
+            effect_key=effect_key or "",
+        )
+        self.state._started(started)
+        run.buffer.append(started)
+        run.started = True
+        # Durable before the body runs, so a crash leaves an ambiguous call, never a
+        # forgotten one. (_flush inlined: the buffer is never empty here.)
+        events, run.buffer = run.buffer, []
+        try:
+            await self.ledger.append_many(events)
+        except EffectTaken as taken:
+            # Another process claimed the key first; its claim is applied by now, so
+            # the claim step decides again (duplicate or ambiguous), as for our own.
+            attempts += 1
+            call = _unclaim(self, run, call, events, counted)
+            if attempts >= 3:  # claimed and freed again each time: do not spin
+                raise _Stop(*_taken(self, run, taken)) from None
+            continue
+        except Exception:
+            self._rollback(run)
+            raise
+        break
     if self._observed:
         await self._dispatch(events)
     if run.exposed or self._observed:

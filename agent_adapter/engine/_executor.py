@@ -114,6 +114,8 @@ class Executor:
             if spec.cache is not None:
                 self.state.cache_ttl[spec.name] = spec.cache
         self._started = False
+        # True once started on a ledger other processes may append to (see _apply_foreign).
+        self._shared = False
         self._start_lock: asyncio.Lock | None = None
         #: effect keys whose sync body is still running in a worker thread
         self._running_keys: dict[str, int] = {}
@@ -151,10 +153,18 @@ class Executor:
             state = Projection()
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
+            last = 0
             async for event in self.ledger.read():
                 apply(event)
+                last = event.seq
             state.settle()
             self.state = state
+            follow = getattr(self.ledger, "follow", None)
+            if follow is not None:
+                # A ledger shared with other processes hands us their events at each of
+                # our commits, and refuses our claim of a key they claimed first.
+                follow(self._apply_foreign, last)
+                self._shared = hasattr(self.ledger, "catch_up")
             self._started = True
 
     async def _ensure_started(self) -> None:
@@ -176,6 +186,11 @@ class Executor:
         await self.close()
 
     # -- events -------------------------------------------------------------------------
+
+    def _apply_foreign(self, event: Event) -> None:
+        # Another process's event: folded like a replayed one (never dispatched to this
+        # executor's hooks or subscribers: it is not one of its calls).
+        self.state.apply(event)
 
     def _emit(self, run: _Run, event: Event) -> None:
         # Applied at once (so checks and claims are atomic), durable at the next flush.

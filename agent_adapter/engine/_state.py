@@ -202,8 +202,15 @@ class Projection:
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
-        if state is None or state.status != "claimed":
+        if state is None or state.status == "committed":
             return
+        if state.status == "ambiguous" and (state.run_id, state.call_id) != (
+            event.run_id,
+            event.call_id,
+        ):
+            return
+        # (An ambiguous key's own claimer reporting its outcome: a call another process
+        # was still running when this executor replayed and settled it as ambiguous.)
         if isinstance(event, _BODY_RAN):
             # A blocked outcome here is an output guard: the body did run.
             state.status = "committed"

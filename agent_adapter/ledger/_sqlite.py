@@ -25,12 +25,13 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import LedgerError
 from ._chain import Record, Verification, chain_hash, verify_records
 from ._events import Event, decode_event
+from ._follow import Follow
 from ._sqlite_files import (
     _FORMAT,
     _SCHEMA,
@@ -121,6 +122,7 @@ class SQLiteLedger:
         self._staged: list[_Batch] = []
         self._kick_scheduled = False
         self._closed = False
+        self._follow: Follow | None = None
 
     def __repr__(self) -> str:
         if self.readonly:
@@ -316,6 +318,26 @@ class SQLiteLedger:
             raise LedgerError(self._readonly_message)
         await self.open()
 
+    def follow(self, apply: Callable[[Event], None], after: int) -> None:
+        """Keep a projection up with other writers (called by ``Executor.start``).
+
+        From now on, before an append returns, ``apply`` is called (on this loop, in seq
+        order) with every event other processes committed since the follower's last
+        append or since seq ``after`` (what it has already read); and an append holding
+        ``effect.claimed`` is refused with ``EffectTaken`` (nothing written) when another
+        writer claimed the same key after what the follower had applied. One follower
+        per ledger object.
+        """
+        self._follow = Follow(apply, after, asyncio.get_running_loop())
+
+    async def catch_up(self) -> None:
+        """Hand the follower what other writers committed until now (one empty commit)."""
+        if self._follow is None:
+            return
+        if self._writer is None:
+            await self._open_for_appends()
+        await self._stage([])
+
     def _stage(self, events: list[Event]) -> asyncio.Future[None]:
         """Queue ``events`` for the next commit; the future is settled once it committed."""
         if self._closed:
@@ -327,7 +349,8 @@ class SQLiteLedger:
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        self._staged.append(_Batch(events, future))
+        follow = self._follow
+        self._staged.append(_Batch(events, future, follow.horizon if follow is not None else 0))
         if not self._kick_scheduled:
             # Hand everything staged in this loop iteration to the writer at once: all
             # appenders woken by one commit join the next one together.

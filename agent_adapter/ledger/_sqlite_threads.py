@@ -31,6 +31,7 @@ import msgspec
 from ..errors import LedgerError
 from ._chain import chain_hash, make_record
 from ._events import Event
+from ._follow import Follow
 from ._sqlite_files import (
     _SNAPSHOT_TRIES,
     _Changed,
@@ -72,13 +73,17 @@ def _deliver(
 
 
 class _Batch:
-    """One ``append``/``append_many`` call: its events and the future its caller awaits."""
+    """One ``append``/``append_many`` call: its events and the future its caller awaits.
 
-    __slots__ = ("error", "events", "future")
+    ``horizon``: the follower's horizon when the batch was staged (see ``_follow``).
+    """
 
-    def __init__(self, events: list[Event], future: asyncio.Future[None]) -> None:
+    __slots__ = ("error", "events", "future", "horizon")
+
+    def __init__(self, events: list[Event], future: asyncio.Future[None], horizon: int = 0) -> None:
         self.events = events
         self.future = future
+        self.horizon = horizon
         self.error: BaseException | None = None
 
 
@@ -217,6 +222,7 @@ class _Writer(_Worker):
 
     def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
         super().__init__(f"agent-adapter ledger writer {ledger.path}", ledger.path, connect)
+        self._ledger = ledger
         self._path = ledger.path
         self._key = ledger._key
         self._wait_s = ledger._busy_timeout_s
@@ -239,7 +245,16 @@ class _Writer(_Worker):
                 except queue.Empty:
                     break
             if batches:
-                self._write(conn, batches)
+                follow = self._ledger._follow
+                followed = self._write(conn, batches, follow)
+                if follow is not None and followed is not None:
+                    # Before the waiters wake: a refused claim finds its cause applied.
+                    foreign, through = followed
+                    follow.committed(foreign, through, batches[-1].horizon)
+                    if foreign:
+                        # (Without foreign events the horizon may lag: it only matters
+                        # against foreign claims, and those always come this way.)
+                        follow.deliver(foreign, through)
                 self._wake(batches)
             if stop:
                 return
@@ -254,15 +269,17 @@ class _Writer(_Worker):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle_batches, group)
 
-    def _write(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+    def _write(
+        self, conn: sqlite3.Connection, batches: list[_Batch], follow: Follow | None
+    ) -> tuple[list[Event], int] | None:
+        """Commit ``batches``; with a follower, (other writers' new events, last seq)."""
         deadline = time.monotonic() + self._wait_s
         pause = 0.001
         while True:
             for batch in batches:
                 batch.error = None
             try:
-                self._transaction(conn, batches)
-                return
+                return self._transaction(conn, batches, follow)
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -288,9 +305,11 @@ class _Writer(_Worker):
             for batch in batches:
                 batch.error = error
                 _unchain(batch.events)
-            return
+            return None
 
-    def _transaction(self, conn: sqlite3.Connection, batches: list[_Batch]) -> None:
+    def _transaction(
+        self, conn: sqlite3.Connection, batches: list[_Batch], follow: Follow | None
+    ) -> tuple[list[Event], int]:
         conn.execute("BEGIN IMMEDIATE")
         # Inside the write lock: another process may have appended since our last commit.
         head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
@@ -317,8 +336,17 @@ class _Writer(_Worker):
                     f"{at}: events were deleted from the end (or replaced); appends are "
                     "refused so that the evidence stays (see ledger verify)"
                 )
+        # What other writers committed since our last commit: handed to the follower,
+        # and the claims in it refuse the batches that claim the same key.
+        foreign = follow.read_foreign(conn, seq) if follow is not None else []
         rows: list[tuple[Any, ...]] = []
         for batch in batches:
+            if follow is not None:
+                taken = follow.refused(batch.events, batch.horizon, foreign)
+                if taken is not None:
+                    batch.error = taken
+                    _unchain(batch.events)
+                    continue
             chained: list[tuple[Any, ...]] = []
             try:
                 at, link = seq, prev
@@ -342,6 +370,7 @@ class _Writer(_Worker):
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
             conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
         conn.execute("COMMIT")
+        return foreign, seq
 
 
 def _unchain(events: list[Event]) -> None:
