@@ -26,7 +26,7 @@ from agent_adapter import (
     Registry,
 )
 from agent_adapter.bridges.openai_agents import INTEGRATION
-from agent_adapter.errors import ToolUsageError
+from agent_adapter.errors import LedgerError, ToolUsageError
 from agent_adapter.integrations.openai_agents import function_tools, resolve_interruptions
 from agent_adapter.ledger import ApprovalGranted, ApprovalRejected, CallStarted, MemoryLedger
 
@@ -636,3 +636,57 @@ async def test_without_a_run_id_the_request_carries_the_states_own() -> None:
     result = await Runner.run(agent, "go", run_config=CONFIG, context={"run_id": "run-42"})
     await resolve_interruptions(result, port)
     assert [(r.run_id, r.call_id) for r in port.requests] == [("run-42", "c1")]
+
+
+class _FailsFor:
+    """A MemoryLedger whose appends for one call id fail (a disk error, say)."""
+
+    def __init__(self, ledger: MemoryLedger, call_id: str) -> None:
+        self._ledger = ledger
+        self._call_id = call_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    async def append_many(self, events: Any) -> Any:
+        if any(e.call_id == self._call_id for e in events):
+            raise LedgerError("disk full")
+        return await self._ledger.append_many(events)
+
+
+async def test_a_denial_that_cannot_be_recorded_does_not_cost_the_others_their_record() -> None:
+    """Three denials, the first one's write fails: the other two are on record, the caller
+    hears of the failure, and the decided state comes with the error."""
+    registry, ran = build()
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=_FailsFor(ledger, "c1"))  # type: ignore[arg-type]
+    agent, model, result = await paused(
+        registry,
+        executor,
+        *(
+            function_call("refund", {"order_id": f"A{i}", "amount_cents": 5}, call_id=f"c{i}")
+            for i in (1, 2, 3)
+        ),
+    )
+    with pytest.raises(
+        LedgerError, match=r"1 of 3 denials could not be recorded \(calls c1\)"
+    ) as info:
+        await resolve_interruptions(result, Recorder(False))
+    await Runner.run(agent, info.value.state, run_config=CONFIG)  # type: ignore[attr-defined]
+    denied = '{"error":{"kind":"approval-denied","message":"refund was not approved"}}'
+    assert outputs(model) == {"c1": denied, "c2": denied, "c3": denied}
+    assert [await call_types(ledger, c) for c in ("c1", "c2", "c3")] == [
+        [],
+        REJECTED,
+        REJECTED,
+    ]
+    assert ran == []
+
+
+REJECTED = [
+    "call.requested",
+    "call.validated",
+    "approval.requested",
+    "approval.denied",
+    "call.denied",
+]

@@ -18,7 +18,13 @@ from agents.agent_tool_state import get_agent_tool_state_scope
 from agents.items import ToolApprovalItem
 
 from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, digest
-from ...errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
+from ...errors import (
+    ApprovalDenied,
+    ApprovalPending,
+    LedgerError,
+    ToolArgsInvalid,
+    ToolUsageError,
+)
 from ._errors import error_output
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, state_run_id
 from ._tools import Export, export_of
@@ -107,7 +113,9 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
     paused: resolve again, with the same state and run_id, after it is answered.
 
     Raises ToolUsageError, before any decision is applied, when a decision edits the
-    arguments of a tool this bridge did not export.
+    arguments of a tool this bridge did not export. Raises LedgerError when a denial
+    could not be recorded in its executor's ledger, after trying every one: the calls
+    stay rejected, and ``error.state`` is the decided state (resumable as is).
     """
     state: RunState[Any, Any] = result if isinstance(result, RunState) else result.to_state()
     # Without a run_id from the caller, the state's own (its trace id, or a run_id in its
@@ -188,15 +196,30 @@ async def _record_refusals(state: RunState[Any, Any], items: list[_Item], run_id
     if not denied:
         return
     run = state_run_id(state, run_id)
+    failed: list[tuple[str, Exception]] = []
     for entry in denied:
         assert entry.export is not None and entry.decision is not None
-        await entry.export.executor.refuse(
-            entry.export.spec,
-            entry.item.arguments or "",
-            CallContext(run_id=run, call_id=entry.call_id, metadata={"integration": NAME}),
-            reviewer=entry.decision.reviewer,
-            reason=entry.decision.reason,
+        try:
+            await entry.export.executor.refuse(
+                entry.export.spec,
+                entry.item.arguments or "",
+                CallContext(run_id=run, call_id=entry.call_id, metadata={"integration": NAME}),
+                reviewer=entry.decision.reviewer,
+                reason=entry.decision.reason,
+            )
+        except Exception as exc:  # one failing write must not cost the others their record
+            failed.append((entry.call_id, exc))
+    if failed:
+        # The calls stay rejected on the state (nothing runs); only their record is
+        # missing, and the caller must hear it.
+        call_id, first = failed[0]
+        ids = ", ".join(c for c, _ in failed)
+        error = LedgerError(
+            f"{len(failed)} of {len(denied)} denials could not be recorded (calls {ids}); "
+            f"the calls stay rejected. First error, for call {call_id}: {first}"
         )
+        error.state = state  # type: ignore[attr-defined]  # decided: resumable as is
+        raise error from first
 
 
 def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
