@@ -155,6 +155,88 @@ async def test_a_key_freed_by_the_other_writer_can_be_claimed(tmp_path: Path) ->
     assert runs == ["p1", "p1"]
 
 
+async def test_two_replicas_running_the_same_call_id_run_it_once(tmp_path: Path) -> None:
+    """A host error (one call id sent to two replicas at once) still runs the body once:
+    undoing B's refused claim leaves A's claim, which has B's very ids, in place."""
+    path = tmp_path / "shared.db"
+    runs: list[str] = []
+    gate = asyncio.Event()
+    a = await Executor.open(_refunds(runs, gate), ledger=SQLiteLedger(path))
+    b = await Executor.open(_refunds(runs), ledger=SQLiteLedger(path))
+    try:
+        first = asyncio.create_task(
+            a.call("refund", {"order_id": "o4", "amount": 1.0}, run_id="r", call_id="c")
+        )
+        await _until(lambda: runs)
+        with pytest.raises(AmbiguousEffect):
+            await b.call("refund", {"order_id": "o4", "amount": 1.0}, run_id="r", call_id="c")
+        gate.set()
+        await first
+    finally:
+        await a.close()
+        await b.close()
+    assert runs == ["o4"]
+
+
+async def test_a_call_waiting_for_approval_when_the_other_replayed_settles_its_key(
+    tmp_path: Path,
+) -> None:
+    """B replays while A's call waits for its reviewer (requested, not started: replay
+    forgets it); A's claim and outcome, heard later, still settle the key in B."""
+    from agent_adapter import CallbackApproval
+    from agent_adapter.errors import ToolError
+
+    path = tmp_path / "shared.db"
+    runs: list[str] = []
+    registry = Registry()
+
+    @registry.tool(effect="pay:{ref}", confirm=True)
+    async def pay(ref: str, fail: bool) -> str:
+        runs.append(ref)
+        if fail:
+            raise ToolError("declined, nothing charged")
+        return "paid"
+
+    review, asked = asyncio.Event(), asyncio.Event()
+
+    async def reviewer(request: Any) -> bool:
+        asked.set()  # approval.requested is durable before a port is asked
+        await review.wait()
+        return True
+
+    a = await Executor.open(
+        registry, ledger=SQLiteLedger(path), approval=CallbackApproval(reviewer)
+    )
+    first = asyncio.create_task(
+        a.call("pay", {"ref": "p1", "fail": True}, run_id="ra", call_id="a1")
+    )
+    await asked.wait()
+    yes = CallbackApproval(lambda request: True)
+    b = await Executor.open(registry, ledger=SQLiteLedger(path), approval=yes)
+    try:
+        review.set()
+        with pytest.raises(ToolError):
+            await first  # A ran and said it did nothing: the key is free again
+        paid = await b.call("pay", {"ref": "p1", "fail": False}, run_id="rb", call_id="b1")
+    finally:
+        await a.close()
+        await b.close()
+    assert (paid, runs) == ("paid", ["p1", "p1"])
+
+
+async def test_one_ledger_object_follows_one_executor(tmp_path: Path) -> None:
+    """Two executors on one SQLiteLedger object would share one view of the others: refused."""
+    from agent_adapter.errors import LedgerError
+
+    ledger = SQLiteLedger(tmp_path / "one.db")
+    first = await Executor.open(Registry(), ledger=ledger)
+    try:
+        with pytest.raises(LedgerError, match="already followed by another executor"):
+            await Executor.open(Registry(), ledger=ledger)
+    finally:
+        await first.close()
+
+
 _RACER = textwrap.dedent(
     """
     import asyncio, os, sys, time

@@ -146,27 +146,30 @@ def _rollback(self: Executor, run: _Run) -> None:
         del state.effects[key]  # type: ignore[arg-type]
 
 
-def _unclaim(self: Executor, run: _Run, call: Call, events: list[Event], counted: bool) -> Call:
+def _unclaim(
+    self: Executor, run: _Run, call: Call, events: list[Event], before: tuple[Any, bool, Any]
+) -> Call:
     """Undo a claim whose write-ahead was refused (``EffectTaken``): nothing was written.
 
     The call is back where it stood before the claim step: its earlier events buffered
-    again, no claim, not started, counted only if it was before.
+    again, no claim, not started, counted only if it was before. ``before`` holds this
+    call's own in-flight entry, whether it was counted, and its own effect state: by now
+    the other writer's events are folded in, and when it ran the same (run_id, call_id)
+    they have replaced both in the projection; those must stay.
     """
     state = self.state
+    inflight, counted, claim = before
     key = call.effect_key
-    mine = state.effects.get(key) if key is not None else None
-    if mine is not None and (mine.run_id, mine.call_id) == run.key:
-        del state.effects[key]  # type: ignore[arg-type]
-    inflight = state.inflight.get(run.key)
-    if inflight is not None:
-        inflight.started = False
-        inflight.effect_key = None
-        inflight.run_digest = ""
-        if inflight.counted and not counted:
-            inflight.counted = False
-            run_id, tool = run.key[0], inflight.tool
-            state.run_calls[run_id] -= 1
-            state.tool_calls[(run_id, tool)] -= 1
+    if key is not None and state.effects.get(key) is claim:
+        del state.effects[key]
+    inflight.started = False
+    inflight.effect_key = None
+    inflight.run_digest = ""
+    if inflight.counted and not counted:
+        inflight.counted = False
+        run_id, tool = run.key[0], inflight.tool
+        state.run_calls[run_id] -= 1
+        state.tool_calls[(run_id, tool)] -= 1
     run.started = False
     run.buffer = [e for e in events if not isinstance(e, _CLAIM_EVENTS)]
     call = msgspec.structs.replace(call, effect_key=None)
@@ -217,22 +220,27 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                 ),
             )
             return value
-    attempts = 0
-    counted = False
+    caught_up = False
+    refusals = 0
+    before: tuple[Any, bool, Any] = (None, False, None)
     events: list[Event] = []
     while True:
         effect_key = None
         if spec.effect is not None:
-            counted = self.state.inflight[run.key].counted
+            inflight = self.state.inflight[run.key]
+            counted = inflight.counted
             try:
-                effect_key = self._claim(run, call, fresh=attempts > 0 or not self._shared)
+                effect_key = self._claim(
+                    run, call, fresh=caught_up or refusals > 0 or not self._shared
+                )
             except _Stale:
                 # Another process claimed the key: hear what became of it, then decide.
-                attempts += 1
+                caught_up = True
                 catch_up = getattr(self.ledger, "catch_up", None)
                 if catch_up is not None:
                     await catch_up()
                 continue
+            before = (inflight, counted, self.state.effects.get(effect_key))
             call = msgspec.structs.replace(call, effect_key=effect_key)
             run.call = call
             _current.set(call)
@@ -255,9 +263,9 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         except EffectTaken as taken:
             # Another process claimed the key first; its claim is applied by now, so
             # the claim step decides again (duplicate or ambiguous), as for our own.
-            attempts += 1
-            call = _unclaim(self, run, call, events, counted)
-            if attempts >= 3:  # claimed and freed again each time: do not spin
+            refusals += 1
+            call = _unclaim(self, run, call, events, before)
+            if refusals >= 3:  # claimed and freed again each time: do not spin
                 raise _Stop(*_taken(self, run, taken)) from None
             continue
         except Exception:

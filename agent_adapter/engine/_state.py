@@ -152,13 +152,22 @@ class Projection:
             self.count(event.run_id, call)
 
     def _claimed(self, event: EffectClaimed) -> None:
-        self._counting(event)
         self.effects[event.key] = EffectState(
             status="claimed", run_id=event.run_id, call_id=event.call_id, digest=event.digest
         )
-        call = self.inflight.get((event.run_id, event.call_id))
-        if call is not None:
-            call.effect_key = event.key
+        call = self._tracked(event)
+        self.count(event.run_id, call)
+        call.effect_key = event.key
+
+    def _tracked(self, event: Event) -> _InFlight:
+        # A claim or start whose call is not in flight here: another process's call that
+        # had not started when this executor replayed (settle forgot it). Tracked again
+        # so that its outcome settles its key.
+        key = (event.run_id, event.call_id)
+        call = self.inflight.get(key)
+        if call is None:
+            call = self.inflight[key] = _InFlight(tool=event.tool)
+        return call
 
     def _resolved(self, event: EffectResolved) -> None:
         if event.outcome == "failed":
@@ -173,12 +182,12 @@ class Projection:
                 )
 
     def _started(self, event: CallStarted) -> None:
-        # _counting inlined (one lookup, not two): this runs for every call that starts.
         call = self.inflight.get((event.run_id, event.call_id))
-        if call is not None:
-            self.count(event.run_id, call)
-            call.started = True
-            call.run_digest = event.digest
+        if call is None:
+            call = self._tracked(event)
+        self.count(event.run_id, call)
+        call.started = True
+        call.run_digest = event.digest
 
     def _outcome(self, event: Event) -> None:
         key = (event.run_id, event.call_id)

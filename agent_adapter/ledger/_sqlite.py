@@ -328,6 +328,11 @@ class SQLiteLedger:
         writer claimed the same key after what the follower had applied. One follower
         per ledger object.
         """
+        if self._follow is not None and self._follow.apply != apply:
+            raise LedgerError(
+                f"ledger {self.path} is already followed by another executor; give each "
+                "executor its own SQLiteLedger object (they may share the file)"
+            )
         self._follow = Follow(apply, after, asyncio.get_running_loop())
 
     async def catch_up(self) -> None:
