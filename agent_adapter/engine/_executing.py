@@ -33,6 +33,7 @@ from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
 from ._effects import _Stale
+from ._replaying import typed_result
 from ._run import _Run, _Stop
 
 if TYPE_CHECKING:
@@ -206,6 +207,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     if spec.cache is not None:
         hit, value = self.state.cached(spec.name, call.digest, clock())
         if hit:
+            stored, value = value, typed_result(spec, value)
             now = clock()
             await self._end(
                 run,
@@ -215,7 +217,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                     call_id=ctx.call_id,
                     tool=spec.name,
                     duration_ms=(now - run.t0) * 1000.0,
-                    result=value,
+                    result=stored,
                     digest=call.digest,
                 ),
             )

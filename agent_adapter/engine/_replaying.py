@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..errors import (
     AmbiguousEffect,
     ApprovalDenied,
@@ -39,7 +41,7 @@ from ._spec import ToolSpec
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_recorded_error", "_repeat", "_replayed_value"]
+__all__ = ["_recorded_error", "_repeat", "_replayed_value", "typed_result"]
 
 
 async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
@@ -84,7 +86,23 @@ async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -
             )
         ]
     )
-    return self._replayed_value(outcome)
+    return typed_result(spec, self._replayed_value(outcome))
+
+
+def typed_result(spec: ToolSpec, value: Any) -> Any:
+    """A value stored as JSON (cache, ledger) as the tool's declared return type.
+
+    The first call returns what the body returned (a Struct, a dataclass, a datetime);
+    a cache hit or a replay gets the same type back, not its JSON form. A value that
+    does not fit the annotation (the body broke its own signature) stays as stored.
+    """
+    result_type = spec.result_type
+    if result_type is None:
+        return value
+    try:
+        return msgspec.convert(value, result_type, strict=False)
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return value
 
 
 def _replayed_value(self: Executor, outcome: Event) -> Any:

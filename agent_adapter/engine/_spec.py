@@ -208,6 +208,9 @@ class ToolSpec:
     args_type: type[msgspec.Struct] | None = None
     validator: Any = None
     untyped: bool = False
+    #: the function's return annotation when msgspec can rebuild it from JSON, else None:
+    #: a cached or replayed value (stored as JSON) is handed back as this type
+    result_type: Any = None
 
     def exported_to(self, target: str) -> bool:
         """True when the bridge named ``target`` exports this tool."""
@@ -304,6 +307,23 @@ class ToolSpec:
 
 def _has_untyped(tp: Any) -> bool:
     return tp is Any or "Any" in repr(tp) or tp in (dict, list, object)
+
+
+def _result_type(fn: Callable[..., Any]) -> Any:
+    """``fn``'s return annotation if msgspec can convert JSON into it, else None."""
+    try:
+        annotation = get_type_hints(fn, include_extras=True).get("return")
+    except Exception:  # an annotation that does not resolve: results stay JSON
+        return None
+    if annotation is None or annotation is Any or annotation is object:
+        return None
+    if annotation is type(None):
+        return None
+    try:
+        msgspec.json.Decoder(annotation)
+    except (TypeError, ValueError):
+        return None
+    return annotation
 
 
 def _signature_struct(fn: Callable[..., Any], name: str) -> tuple[type[msgspec.Struct], bool]:
@@ -510,6 +530,7 @@ class Registry:
             args_type=args_type,
             validator=validator,
             untyped=untyped,
+            result_type=_result_type(fn),
         )
         self._specs[name] = spec
         return spec
