@@ -12,7 +12,8 @@ from ._context import Call, CallContext, Outcome, current_call
 from ._digest import canonical, digest
 from ._executor import Executor, get_default_executor
 from ._limits import RunLimits
-from ._spec import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, Registry, ToolSpec, to_strict_schema
+from ._schema import to_strict_schema
+from ._spec import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, Registry, ToolSpec
 from ._tokens import TokenTable
 
 __all__ = [

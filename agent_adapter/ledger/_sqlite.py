@@ -20,16 +20,15 @@ creating -wal/-shm files.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, chain_hash, verify_records
+from ._chain import Verification
 from ._events import Event, decode_event
 from ._follow import Follow
 from ._sqlite_files import (
@@ -46,15 +45,7 @@ from ._sqlite_files import (
 from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
-from ._sqlite_head import (
-    _LAST,
-    _PUT_HEAD,
-    _READ_HEAD,
-    _check_head,
-    _columns_match,
-    _head_mac,
-    _head_seq,
-)
+from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain, _verify_file
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _settle_batches, _Worker, _Writer
 
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
@@ -252,7 +243,7 @@ class SQLiteLedger:
             else:
                 self._keyed = meta.get("keyed") == "1"
                 if self._key is not None and not self._keyed:
-                    self._refuse_unkeyed_chain(conn, self._key, meta)
+                    _refuse_unkeyed_chain(conn, self.path, self._key, meta)
                     conn.execute("UPDATE meta SET value = '1' WHERE name = 'keyed'")
                     conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
                     self._keyed = True
@@ -261,33 +252,6 @@ class SQLiteLedger:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-
-    def _refuse_unkeyed_chain(
-        self, conn: sqlite3.Connection, key: bytes, meta: dict[str, str]
-    ) -> None:
-        """LedgerError unless the unkeyed ledger is empty, so that ``key`` can be added."""
-        head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
-            _LAST
-        ).fetchone()
-        if last_seq is None and head_seq in (None, "0"):
-            return
-        # A record or a head that verifies under the key was written with it: the
-        # flag, not the caller, is wrong.
-        if (
-            last_seq is not None and chain_hash(last_seq, last_prev, last_payload, key) == last_hash
-        ) or (
-            head_seq is not None
-            and _head_mac(_head_seq(head_seq, self.path), head_hash or "", key)
-            == meta.get("head_mac")
-        ):
-            raise LedgerError(
-                f"ledger {self.path} is marked unkeyed, but it was written with this key: "
-                "its 'keyed' flag was altered"
-            )
-        raise LedgerError(
-            f"ledger {self.path} was written without a key; a key cannot be added to an "
-            "existing chain"
-        )
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -447,77 +411,11 @@ class SQLiteLedger:
             raise LedgerError(f"ledger {self.path} is closed")
         if self._keyed and self._key is None:
             return self._cannot_check()
-        key, path = self._key, self.path
-
-        def check(conn: sqlite3.Connection) -> Verification:
-            # The hash covers the payload; reads filter on the indexed columns. So the
-            # columns must say what the payload says, or a filtered read could hide events.
-            mismatch: list[int] = []
-            # The hash of the last record, and of the one at the head's seq.
-            last = [""]
-            at_head: list[str] = []
-            head_at = -1
-
-            def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
-                for row in cursor:
-                    record = Record(
-                        seq=row[0],
-                        type=row[1],
-                        run_id=row[2],
-                        call_id=row[3],
-                        tool=row[4],
-                        ts=row[5],
-                        payload=row[6],
-                        prev=row[7],
-                        hash=row[8],
-                    )
-                    if not mismatch and not _columns_match(record):
-                        mismatch.append(record.seq)
-                    if record.seq == head_at:
-                        at_head.append(record.hash)
-                    last[0] = record.hash
-                    yield record
-
-            try:
-                # One read transaction: the head and the records are of one snapshot,
-                # or a commit between the two reads would look like a truncation.
-                conn.execute("BEGIN")
-                try:
-                    meta = {str(k): str(v) for k, v in conn.execute(_READ_HEAD)}
-                    if meta.get("head_seq") is not None:
-                        with contextlib.suppress(LedgerError):
-                            head_at = _head_seq(meta["head_seq"], path)
-                    cursor = conn.execute(
-                        "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
-                        " FROM events ORDER BY seq"
-                    )
-                    result = verify_records(records(cursor), key)
-                    cursor.close()
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")  # it only read
-            except sqlite3.Error as exc:
-                raise _translate(path, "verifying", exc, self._busy_timeout_s) from exc
-            # A broken hash or link at or before that row is the stronger finding.
-            bad = result.first_bad_seq
-            if mismatch and (result.ok or (bad is not None and mismatch[0] < bad)):
-                seq = mismatch[0]
-                return Verification(
-                    ok=False,
-                    checked=seq - 1,
-                    first_bad_seq=seq,
-                    reason=f"seq {seq}: its indexed columns do not match its payload (altered)",
-                )
-            if not result.ok:
-                return result
-            if key is None and meta.get("keyed") == "1":
-                return self._cannot_check()  # marked keyed since this ledger was opened
-            return _check_head(
-                path, result.checked, last[0], at_head[0] if at_head else None, meta, key
-            )
-
-        result: Verification = await reader.submit(check)
-        return result
+        check = functools.partial(
+            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s
+        )
+        result: Verification | None = await reader.submit(check)
+        return result if result is not None else self._cannot_check()
 
     def _cannot_check(self) -> Verification:
         return Verification(
