@@ -19,7 +19,8 @@ import pytest
 
 from agent_adapter import Executor, Registry
 from agent_adapter.errors import AmbiguousEffect, DuplicateEffect
-from agent_adapter.ledger import SQLiteLedger, replay
+from agent_adapter.ledger import EffectClaimed, MemoryLedger, SQLiteLedger, replay
+from agent_adapter.ledger._follow import EffectTaken
 
 
 def _refunds(runs: list[str], gate: asyncio.Event | None = None) -> Registry:
@@ -235,6 +236,40 @@ async def test_one_ledger_object_follows_one_executor(tmp_path: Path) -> None:
             await Executor.open(Registry(), ledger=ledger)
     finally:
         await first.close()
+
+
+class _AlwaysTaken:
+    """A ledger whose writer refuses every claim, as if other writers kept claiming and
+    freeing the key between each of this executor's tries."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryLedger()
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append_many(self, events: Any) -> Any:
+        if any(isinstance(e, EffectClaimed) for e in events):
+            self.refused += 1
+            raise EffectTaken(events[-2].key, 1000 + self.refused)
+        return await self.inner.append_many(events)
+
+
+async def test_a_claim_refused_again_and_again_ends_ambiguous_after_three_tries() -> None:
+    runs: list[str] = []
+    ledger = _AlwaysTaken()
+    executor = Executor(_refunds(runs), ledger=ledger)  # type: ignore[arg-type]
+    with pytest.raises(AmbiguousEffect, match="each time this call tried"):
+        await executor.call("refund", {"order_id": "o5", "amount": 1.0}, run_id="r", call_id="c")
+    types = [e.type async for e in ledger.inner.read()]
+    assert (runs, ledger.refused, types) == (
+        [],
+        3,
+        ["call.requested", "call.validated", "call.ambiguous"],
+    )
+    # The projection is back where it stood: nothing claimed, the call not in flight.
+    assert (executor.state.effects, executor.state.inflight) == ({}, {})
 
 
 _RACER = textwrap.dedent(

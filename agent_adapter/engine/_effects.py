@@ -12,7 +12,7 @@ from ._run import _Run, _Stop
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_Stale", "_claim", "ambiguous_effects", "resolve_effect"]
+__all__ = ["_Stale", "_ambiguous", "_claim", "ambiguous_effects", "resolve_effect"]
 
 
 class _Stale(Exception):
@@ -72,21 +72,12 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
                     same_args=same,
                 ),
             )
-        reason = (
+        raise _ambiguous(
+            self,
+            run,
+            key,
             f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
-            "whose outcome is unknown; resolve it with resolve_effect"
-        )
-        raise _Stop(
-            CallAmbiguous(
-                ts=now,
-                run_id=ctx.run_id,
-                call_id=ctx.call_id,
-                tool=spec.name,
-                duration_ms=(now - run.t0) * 1000.0,
-                key=key,
-                reason=reason,
-            ),
-            AmbiguousEffect(reason, key=key),
+            "whose outcome is unknown; resolve it with resolve_effect",
         )
     self._emit(
         run,
@@ -100,6 +91,23 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
         ),
     )
     return key
+
+
+def _ambiguous(self: Executor, run: _Run, key: str, reason: str) -> _Stop:
+    """End the call with ``call.ambiguous`` (AmbiguousEffect): the key's fate is unknown."""
+    now = self._clock()
+    return _Stop(
+        CallAmbiguous(
+            ts=now,
+            run_id=run.ctx.run_id,
+            call_id=run.ctx.call_id,
+            tool=run.spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            key=key,
+            reason=reason,
+        ),
+        AmbiguousEffect(reason, key=key),
+    )
 
 
 async def resolve_effect(

@@ -13,14 +13,12 @@ import msgspec
 
 from ..errors import (
     AdapterError,
-    AmbiguousEffect,
     ToolError,
     ToolFailed,
     ToolTimeout,
     ToolUsageError,
 )
 from ..ledger._events import (
-    CallAmbiguous,
     CallCached,
     CallStarted,
     CallSucceeded,
@@ -32,7 +30,7 @@ from ..ledger._follow import EffectTaken
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
-from ._effects import _Stale
+from ._effects import _ambiguous, _Stale
 from ._replaying import typed_result
 from ._run import _Run, _Stop
 
@@ -179,26 +177,6 @@ def _unclaim(
     return call
 
 
-def _taken(self: Executor, run: _Run, taken: EffectTaken) -> tuple[Event, AmbiguousEffect]:
-    now = self._clock()
-    reason = (
-        f"effect {taken.key} was claimed by another process (seq {taken.seq}) each time "
-        "this call tried; its outcome is unknown here"
-    )
-    return (
-        CallAmbiguous(
-            ts=now,
-            run_id=run.ctx.run_id,
-            call_id=run.ctx.call_id,
-            tool=run.spec.name,
-            duration_ms=(now - run.t0) * 1000.0,
-            key=taken.key,
-            reason=reason,
-        ),
-        AmbiguousEffect(reason, key=taken.key),
-    )
-
-
 async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     """Steps 7-10: cache, effect claim, started, body, output guards, outcome."""
     spec = run.spec
@@ -268,7 +246,13 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             refusals += 1
             call = _unclaim(self, run, call, events, before)
             if refusals >= 3:  # claimed and freed again each time: do not spin
-                raise _Stop(*_taken(self, run, taken)) from None
+                raise _ambiguous(
+                    self,
+                    run,
+                    taken.key,
+                    f"effect {taken.key} was claimed by another process (seq {taken.seq}) "
+                    "each time this call tried; its outcome is unknown here",
+                ) from None
             continue
         except Exception:
             self._rollback(run)
