@@ -342,6 +342,18 @@ async def test_cache_hit_within_ttl_and_miss_after(clock: Any) -> None:
     )
 
 
+async def test_expired_entries_leave_the_cache_without_a_lookup(clock: Any) -> None:
+    """A long-lived executor keeps about TTL x rate entries, not one per value ever cached."""
+    executor, price, _ledger, ran = cached_tool(clock)
+    for sku in range(100):  # 100 values, one a second: the first 90 expire on the way
+        await executor.run_spec(price, {"sku": sku}, ctx(f"c{sku}"))
+        clock.advance(1.0)
+    assert (len(executor.state.cache), len(ran)) == (10, 100)
+    # What is left is the 10 youngest, still served from the cache.
+    assert await executor.run_spec(price, {"sku": 95}, ctx("again")) == 9500
+    assert len(ran) == 100
+
+
 async def test_failures_are_never_cached(clock: Any) -> None:
     """A failed call leaves nothing in the cache; the next identical call runs."""
     executor, price, ledger, ran = cached_tool(clock)

@@ -9,6 +9,7 @@ between: two concurrent calls can never both pass an effect or limit check.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -79,7 +80,7 @@ class Projection:
         self.run_calls: dict[str, int] = {}
         self.tool_calls: dict[tuple[str, str], int] = {}
         #: (tool, digest) -> (JSON of the value, ts of the success)
-        self.cache: dict[tuple[str, str], tuple[bytes, float]] = {}
+        self.cache: OrderedDict[tuple[str, str], tuple[bytes, float]] = OrderedDict()
         #: tool -> TTL seconds, for the tools whose successes are cached
         self.cache_ttl: dict[str, float] = {}
         self.effects: dict[str, EffectState] = {}
@@ -207,7 +208,23 @@ class Projection:
             if ttl is not None:
                 # Stored encoded: every hit decodes its own copy, so a caller that
                 # mutates its value cannot change what later hits (or replay) return.
-                self.cache[(call.tool, call.run_digest)] = (_encode(event.result), event.ts)
+                cache = self.cache
+                entry = (call.tool, call.run_digest)
+                cache.pop(entry, None)  # to the end: the cache stays in order of storing
+                cache[entry] = (_encode(event.result), event.ts)
+                self._expire(event.ts)
+
+    def _expire(self, now: float) -> None:
+        # Expired entries leave from the front (the oldest stored first), so a long-lived
+        # executor holds about (TTL x rate of new arguments) entries, not one per value
+        # ever cached. An entry behind a younger one of a longer-TTL tool waits its turn
+        # (or for its own next lookup).
+        cache, ttls = self.cache, self.cache_ttl
+        while cache:
+            (tool, _), (_, ts) = next(iter(cache.items()))
+            if now - ts < ttls.get(tool, 0.0):
+                return
+            cache.popitem(last=False)
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
