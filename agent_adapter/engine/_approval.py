@@ -18,6 +18,7 @@ import msgspec
 
 from ..errors import ApprovalPending, ToolUsageError
 from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
+from ._redaction import REDACTED, overridden, redacted
 
 if TYPE_CHECKING:
     from ..ledger._protocol import Ledger
@@ -32,15 +33,6 @@ __all__ = [
     "PendingApproval",
     "redacted",
 ]
-
-REDACTED = "[redacted]"
-
-
-def redacted(args: Any, names: frozenset[str]) -> Any:
-    """``args`` with the values of ``names`` replaced, for anything that reaches the ledger."""
-    if not names or not isinstance(args, dict):
-        return args
-    return {k: (REDACTED if k in names else v) for k, v in args.items()}
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -255,9 +247,7 @@ class DeferredApproval:
             pending = held.pending
             if edits is not None and isinstance(pending.args, dict):
                 # A value for a redacted argument would be written to the ledger in clear.
-                hidden = [
-                    k for k, v in edits.items() if pending.args.get(k) == REDACTED and v != REDACTED
-                ]
+                hidden = overridden(pending.args, edits)
                 if hidden:
                     raise ToolUsageError(
                         f"edits cannot set redacted arguments {sorted(hidden)} through the "

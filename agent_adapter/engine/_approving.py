@@ -20,8 +20,9 @@ from ..ledger._events import (
     CallValidated,
     Event,
 )
-from ._approval import REDACTED, ApprovalRequest, Decision
+from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
+from ._redaction import restored
 from ._run import _maybe_await, _Run, _Stop, _validated
 
 if TYPE_CHECKING:
@@ -126,10 +127,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         if run.spec.redact:
             # A reviewer never saw a redacted value (the ledger holds "[redacted]"):
             # leaving it as shown keeps the value the call was requested with.
-            edits = {
-                k: call.args[k] if k in run.spec.redact and v == REDACTED else v
-                for k, v in edits.items()
-            }
+            edits = restored(edits, call.args, run.spec.redact)
         try:
             edited, edited_digest = _validated(run.spec, edits)
         except ToolArgsInvalid as exc:

@@ -15,6 +15,7 @@ from ..errors import ToolArgsInvalid
 from ..ledger._events import Event
 from ._context import Call, CallContext
 from ._digest import canonical
+from ._redaction import values_at
 from ._spec import _TEXT, MAX_ARGS_BYTES, ToolSpec
 
 __all__: list[str] = []
@@ -97,7 +98,7 @@ def _scrub(text: str, run: _Run) -> str:
     call = run.call
     if not names or call is None:
         return text
-    found = {t for name in names for t in _secrets(call.args.get(name)) if t}
+    found = {t for value in values_at(call.args, names) for t in _secrets(value) if t}
     for shown in sorted(found, key=len, reverse=True):
         text = text.replace(shown, "[redacted]")
     return text

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolArgsInvalid, ToolUsageError
+from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
 __all__ = ["MAX_ARGS_BYTES", "MAX_ARGS_DEPTH", "Registry", "ToolSpec"]
@@ -196,7 +197,7 @@ class ToolSpec:
         # for a redacted argument keep only the path, so no secret reaches the ledger.
         if self.redact:
             at = _MSGSPEC_PATH.search(message)
-            if at is not None and at.group(1) in self.redact:
+            if at is not None and at.group(1) in roots(self.redact):
                 message = f"Invalid value{message[at.start() :]}"
         return ToolArgsInvalid(f"invalid arguments for {self.name}: {message}")
 
@@ -213,7 +214,7 @@ class ToolSpec:
             # jsonschema messages quote the offending value (for some keywords, the whole
             # object): with redacted arguments, name only the keyword, never the value.
             if self.redact and (
-                path[0] in self.redact if path else error.validator not in _VALUE_FREE
+                path[0] in roots(self.redact) if path else error.validator not in _VALUE_FREE
             ):
                 message = f"{error.validator!r} is not satisfied"
             raise ToolArgsInvalid(f"invalid arguments for {self.name}: {message} at {where}")
@@ -354,6 +355,9 @@ class Registry:
         if not (isinstance(confirm, bool) or callable(confirm)):
             raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
         params = set(schema.get("properties", {}))
+        bad_path = check_paths(redact)
+        if bad_path is not None:
+            raise ToolUsageError(f"tool {name}: redact: {bad_path}")
         if isinstance(effect, str):
             named = _effect_fields(effect)
             missing = named - params
@@ -361,7 +365,7 @@ class Registry:
                 raise ToolUsageError(
                     f"tool {name}: effect template names unknown arguments {sorted(missing)}"
                 )
-            secret = named & set(redact)
+            secret = named & roots(redact)
             if secret:
                 # The key is recorded in effect.claimed and call.started: a template over a
                 # redacted argument would write its value to the ledger in clear.
@@ -369,7 +373,7 @@ class Registry:
                     f"tool {name}: effect template names redacted arguments {sorted(secret)}; "
                     "use a callable effect that keys on a hash of them"
                 )
-        unknown = set(redact) - params
+        unknown = roots(redact) - params
         if unknown:
             raise ToolUsageError(f"tool {name}: redact names unknown arguments {sorted(unknown)}")
         for label, value in (("timeout", timeout), ("cache", cache)):
