@@ -107,3 +107,38 @@ async def test_the_ledger_keeps_the_json_form() -> None:
         if e.type in ("call.succeeded", "call.cached")
     ]
     assert results == [{"id": "A1", "total": 9.5, "placed": "2026-11-30T09:30:00Z"}] * 2
+
+
+class Checked(msgspec.Struct):
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise LookupError("negative")
+
+
+async def test_a_value_that_breaks_its_annotation_comes_back_as_stored() -> None:
+    """No lax conversion ("false" is not False) and no error from the type's own code:
+    the hit returns the stored JSON and is recorded as call.cached like any other."""
+    registry = Registry()
+
+    @registry.tool(cache=60)
+    async def flag(x: int) -> bool:
+        return "false"  # type: ignore[return-value]
+
+    @registry.tool(cache=60)
+    async def checked(x: int) -> Checked:
+        value = Checked(1)
+        value.n = -1  # set after __post_init__ ran: rebuilding it from JSON raises
+        return value
+
+    executor = Executor(registry)
+    flags = [
+        await executor.call("flag", {"x": 1}, run_id="r", call_id=call_id)
+        for call_id in ("f1", "f2")
+    ]
+    first = await executor.call("checked", {"x": 1}, run_id="r", call_id="k1")
+    hit = await executor.call("checked", {"x": 1}, run_id="r", call_id="k2")
+    assert (flags, first.n, hit) == (["false", "false"], -1, {"n": -1})
+    kinds = [e.type async for e in executor.ledger.read(call_id="k2")]
+    assert kinds == ["call.requested", "call.validated", "call.cached"]

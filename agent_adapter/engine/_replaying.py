@@ -100,8 +100,10 @@ def typed_result(spec: ToolSpec, value: Any) -> Any:
     if result_type is None:
         return value
     try:
-        return msgspec.convert(value, result_type, strict=False)
-    except (msgspec.ValidationError, TypeError, ValueError):
+        # strict: only the conversions JSON needs (text to datetime, bytes, UUID, ...),
+        # never "false" to False or 2.0 to 2 for a value that broke its annotation.
+        return msgspec.convert(value, result_type, strict=True)
+    except Exception:  # any failure (a __post_init__ too): as stored
         return value
 
 
