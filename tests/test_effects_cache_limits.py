@@ -354,6 +354,29 @@ async def test_expired_entries_leave_the_cache_without_a_lookup(clock: Any) -> N
     assert len(ran) == 100
 
 
+async def test_a_long_lived_entry_does_not_hold_back_another_tools_expired_ones(
+    clock: Any,
+) -> None:
+    """Expiry is per tool: a day-long entry stored first does not keep 10 s ones alive."""
+    registry = Registry()
+
+    @registry.tool(cache=86_400)
+    async def daily(x: int) -> int:
+        return x
+
+    @registry.tool(cache=10)
+    async def quick(x: int) -> int:
+        return x
+
+    executor = Executor(registry, clock=clock)
+    await executor.call("daily", {"x": 0}, run_id="r", call_id="d")
+    for x in range(100):
+        clock.advance(1.0)
+        await executor.call("quick", {"x": x}, run_id="r", call_id=f"q{x}")
+    tools = sorted(tool for tool, _digest in executor.state.cache)
+    assert tools == ["daily"] + ["quick"] * 10
+
+
 async def test_failures_are_never_cached(clock: Any) -> None:
     """A failed call leaves nothing in the cache; the next identical call runs."""
     executor, price, ledger, ran = cached_tool(clock)

@@ -9,7 +9,7 @@ between: two concurrent calls can never both pass an effect or limit check.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -80,7 +80,9 @@ class Projection:
         self.run_calls: dict[str, int] = {}
         self.tool_calls: dict[tuple[str, str], int] = {}
         #: (tool, digest) -> (JSON of the value, ts of the success)
-        self.cache: OrderedDict[tuple[str, str], tuple[bytes, float]] = OrderedDict()
+        self.cache: dict[tuple[str, str], tuple[bytes, float]] = {}
+        # tool -> (digest, ts) of each store, oldest first: what _expire removes
+        self._stored: dict[str, deque[tuple[str, float]]] = {}
         #: tool -> TTL seconds, for the tools whose successes are cached
         self.cache_ttl: dict[str, float] = {}
         self.effects: dict[str, EffectState] = {}
@@ -208,23 +210,26 @@ class Projection:
             if ttl is not None:
                 # Stored encoded: every hit decodes its own copy, so a caller that
                 # mutates its value cannot change what later hits (or replay) return.
-                cache = self.cache
-                entry = (call.tool, call.run_digest)
-                cache.pop(entry, None)  # to the end: the cache stays in order of storing
-                cache[entry] = (_encode(event.result), event.ts)
+                self.cache[(call.tool, call.run_digest)] = (_encode(event.result), event.ts)
+                queue = self._stored.get(call.tool)
+                if queue is None:
+                    queue = self._stored[call.tool] = deque()
+                queue.append((call.run_digest, event.ts))
                 self._expire(event.ts)
 
     def _expire(self, now: float) -> None:
-        # Expired entries leave from the front (the oldest stored first), so a long-lived
-        # executor holds about (TTL x rate of new arguments) entries, not one per value
-        # ever cached. An entry behind a younger one of a longer-TTL tool waits its turn
-        # (or for its own next lookup).
+        # Each tool's stores, oldest first (one TTL per tool: also the order they expire
+        # in). Expired entries leave as new ones are stored, so a long-lived executor
+        # holds about TTL x (new arguments per second) entries per tool, not one per value
+        # ever cached. An entry stored again since keeps its newer time and stays.
         cache, ttls = self.cache, self.cache_ttl
-        while cache:
-            (tool, _), (_, ts) = next(iter(cache.items()))
-            if now - ts < ttls.get(tool, 0.0):
-                return
-            cache.popitem(last=False)
+        for tool, queue in self._stored.items():
+            ttl = ttls.get(tool, 0.0)
+            while queue and now - queue[0][1] >= ttl:
+                digest, ts = queue.popleft()
+                entry = cache.get((tool, digest))
+                if entry is not None and entry[1] == ts:
+                    del cache[(tool, digest)]
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
