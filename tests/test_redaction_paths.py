@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import msgspec
@@ -164,6 +165,8 @@ async def test_an_answer_through_the_ledger_may_not_set_a_redacted_field() -> No
             {"redact": ["card.number"], "effect": "charge:{card}"},
             r"effect template names redacted arguments \['card'\]",
         ),
+        ({"redact": ["card.numbr"]}, r"'card.numbr' names no field of the argument 'card'"),
+        ({"redact": ["amount.cents"]}, r"'amount.cents' names no field"),
     ],
 )
 def test_bad_paths_are_refused_at_registration(options: dict[str, Any], message: str) -> None:
@@ -174,3 +177,88 @@ def test_bad_paths_are_refused_at_registration(options: dict[str, Any], message:
 
     with pytest.raises(ToolUsageError, match=message):
         registry.tool(charge, **options)
+
+
+class Camel(msgspec.Struct, rename="camel"):
+    card_number: str
+    brand: str
+
+
+def test_paths_are_checked_by_encoded_names_and_through_lists_and_schemas() -> None:
+    """What the arguments hold as JSON is what a path names (``cardNumber``, not the field)."""
+    registry = Registry()
+
+    async def pay(card: Camel, history: list[Camel], amount: int) -> str:
+        return "paid"
+
+    registry.tool(pay, redact=["card.cardNumber", "history.cardNumber"])
+    with pytest.raises(ToolUsageError, match="names no field"):
+        registry.tool(pay, name="pay2", redact=["card.card_number"])
+    schema = {
+        "type": "object",
+        "properties": {
+            "card": {"type": "object", "properties": {"number": {"type": "string"}}},
+            "tags": {"type": "object"},  # an open object: any field
+        },
+    }
+    registry.add_schema_tool("mcp_pay", schema, pay, redact=["card.number", "tags.secret"])
+    with pytest.raises(ToolUsageError, match="names no field"):
+        registry.add_schema_tool("mcp_pay2", schema, pay, redact=["card.pin"])
+
+
+class Wallet(msgspec.Struct):
+    pin: bytes
+    opened: datetime.datetime
+
+
+async def test_errors_quoting_non_json_values_are_scrubbed() -> None:
+    """bytes and datetimes appear in messages as repr/str/decoded text, not as their JSON."""
+    registry = Registry()
+
+    @registry.tool(redact=["wallet.pin", "wallet.opened"])
+    async def unlock(wallet: Wallet) -> str:
+        raise ValueError(
+            f"pin {wallet.pin!r} / {wallet.pin.decode()} refused; opened {wallet.opened} "
+            f"({wallet.opened!r}, {wallet.opened.isoformat()})"
+        )
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger)
+    opened = datetime.datetime(2031, 5, 6, 7, 8, tzinfo=datetime.UTC)
+    with pytest.raises(ToolFailed):
+        await executor.call(
+            "unlock",
+            {"wallet": Wallet(pin=b"hunter22", opened=opened)},
+            run_id="r",
+            call_id="c",
+        )
+    (failed,) = [e async for e in ledger.read() if e.type == "call.failed"]
+    for secret in ("hunter22", "2031", "aHVudGVyMjI"):  # text, the date, base64 of the pin
+        assert secret not in failed.error, failed.error
+    assert b"hunter22" not in b"".join(r.payload for r in ledger.records)
+
+
+async def test_an_answer_may_not_fill_in_a_redacted_field_the_request_did_not_have() -> None:
+    """The request had no card (None): an edit that adds one with a number would write the
+    number in clear in approval.answered."""
+    registry = Registry()
+
+    @registry.tool(redact=["card.number"], confirm=True)
+    async def charge(card: Card | None, amount: int) -> str:
+        return "charged"
+
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger)
+    executor = Executor(registry, ledger=ledger, approval=deferred)
+    with pytest.raises(ApprovalPending) as info:
+        await executor.run_spec(
+            charge, {"card": None, "amount": 5}, CallContext(run_id="r", call_id="c")
+        )
+    with pytest.raises(ToolUsageError, match=r"\['card\.number'\]"):
+        await deferred.answer(
+            info.value.request_id,
+            approved=True,
+            reviewer="ops",
+            edits={"card": {"number": NUMBER, "brand": "visa"}, "amount": 5},
+        )
+    assert NUMBER.encode() not in b"".join(r.payload for r in ledger.records)

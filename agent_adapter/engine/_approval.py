@@ -18,7 +18,7 @@ import msgspec
 
 from ..errors import ApprovalPending, ToolUsageError
 from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
-from ._redaction import REDACTED, overridden, redacted
+from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
     from ..ledger._protocol import Ledger
@@ -102,6 +102,8 @@ class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, Any]
     ts: float
     seq: int
+    #: the tool's redaction paths: ``args`` shows ``"[redacted]"`` there
+    redact: tuple[str, ...] = ()
 
 
 class _Request(msgspec.Struct, kw_only=True):
@@ -141,6 +143,7 @@ class DeferredApproval:
                 metadata=event.metadata,
                 ts=event.ts,
                 seq=event.seq,
+                redact=tuple(event.redact),
             )
             self._requests[event.request_id] = _Request(pending=pending)
             self._by_key.setdefault((event.run_id, event.tool, event.digest), []).append(
@@ -216,6 +219,7 @@ class DeferredApproval:
                     digest=request.digest,
                     args=redacted(request.args, request.redact),
                     metadata=request.metadata,
+                    redact=sorted(request.redact),
                 )
             )
             await self._catch_up()
@@ -247,10 +251,14 @@ class DeferredApproval:
             pending = held.pending
             if edits is not None and isinstance(pending.args, dict):
                 # A value for a redacted argument would be written to the ledger in clear.
-                hidden = overridden(pending.args, edits)
+                hidden = overridden(pending.args, edits) + [
+                    path
+                    for path in pending.redact
+                    if any(v != REDACTED for v in values_at(edits, frozenset({path})))
+                ]
                 if hidden:
                     raise ToolUsageError(
-                        f"edits cannot set redacted arguments {sorted(hidden)} through the "
+                        f"edits cannot set redacted arguments {sorted(set(hidden))} through the "
                         f"ledger; leave them as {REDACTED!r} to keep the requested values"
                     )
             mine = await self._ledger.append(

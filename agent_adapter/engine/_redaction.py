@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 __all__ = ["REDACTED", "check_paths", "overridden", "redacted", "restored", "roots", "values_at"]
 
@@ -37,12 +38,84 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def check_paths(paths: Iterable[str]) -> str | None:
-    """Why one of ``paths`` is not a redaction path (``name`` or ``name.field...``), or None."""
+def check_paths(
+    paths: Iterable[str], args_type: Any = None, schema: Any = None
+) -> str | None:
+    """Why one of ``paths`` cannot name a value of the arguments, or None.
+
+    A path is ``name`` or ``name.field...``; each part after the first must be a field
+    (by its encoded name) that the argument's type (a signature's Struct) or JSON schema
+    can hold: a misspelt path would silently redact nothing.
+    """
     for path in paths:
         if not isinstance(path, str) or not all(path.split(".")):
             return f"{path!r} is not an argument name or a dotted path like 'card.number'"
+        parts = path.split(".")
+        if len(parts) == 1:
+            continue
+        if args_type is not None:
+            ok = _type_has(msgspec.inspect.type_info(args_type), parts)
+        elif schema is not None:
+            ok = _schema_has(schema, parts, schema.get("$defs", {}))
+        else:
+            ok = True
+        if not ok:
+            return f"{path!r} names no field of the argument {parts[0]!r}"
     return None
+
+
+_ITEMS = (
+    msgspec.inspect.ListType,
+    msgspec.inspect.SetType,
+    msgspec.inspect.FrozenSetType,
+    msgspec.inspect.VarTupleType,
+)
+_OBJECTS = (
+    msgspec.inspect.StructType,
+    msgspec.inspect.DataclassType,
+    msgspec.inspect.TypedDictType,
+)
+
+
+def _type_has(info: Any, parts: list[str]) -> bool:
+    if not parts or isinstance(info, msgspec.inspect.AnyType):
+        return True
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(_type_has(t, parts) for t in info.types)
+    if isinstance(info, _ITEMS):
+        return _type_has(info.item_type, parts)
+    if isinstance(info, msgspec.inspect.TupleType):
+        return any(_type_has(t, parts) for t in info.item_types)
+    if isinstance(info, msgspec.inspect.DictType):
+        return _type_has(info.value_type, parts[1:])
+    if isinstance(info, _OBJECTS):
+        for field in info.fields:
+            if getattr(field, "encode_name", field.name) == parts[0]:
+                return _type_has(field.type, parts[1:])
+        return False
+    return False
+
+
+def _schema_has(node: Any, parts: list[str], defs: dict[str, Any]) -> bool:
+    if not parts:
+        return True
+    if not isinstance(node, dict):
+        return node is True
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _schema_has(defs.get(ref[len("#/$defs/") :]), parts, defs)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if any(_schema_has(sub, parts, defs) for sub in node.get(key, ())):
+            return True
+    if "items" in node:
+        return _schema_has(node["items"], parts, defs)
+    properties = node.get("properties")
+    if isinstance(properties, dict) and parts[0] in properties:
+        return _schema_has(properties[parts[0]], parts[1:], defs)
+    extra = node.get("additionalProperties", True if not properties else False)
+    if extra is not False and ("type" not in node or node.get("type") == "object"):
+        return _schema_has(extra, parts[1:], defs) if isinstance(extra, dict) else True
+    return False
 
 
 def roots(paths: Iterable[str]) -> frozenset[str]:
@@ -83,8 +156,18 @@ def values_at(args: Any, paths: frozenset[str]) -> list[Any]:
     return found
 
 
+def _fields(value: Any) -> Any:
+    # Like _plain, but the field values as they are (bytes, datetimes): the forms an error
+    # message quotes (repr, str) are those of the objects, not of their JSON.
+    if isinstance(value, msgspec.Struct):
+        return {f.encode_name: getattr(value, f.name) for f in msgspec.structs.fields(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
 def _collect(value: Any, parts: list[str], found: list[Any]) -> None:
-    value = _plain(value)
+    value = _fields(value)
     if isinstance(value, _ARRAYS):
         for item in value:
             _collect(item, parts, found)

@@ -15,7 +15,7 @@ from ..errors import ToolArgsInvalid
 from ..ledger._events import Event
 from ._context import Call, CallContext
 from ._digest import canonical
-from ._redaction import values_at
+from ._redaction import _fields, values_at
 from ._spec import _TEXT, MAX_ARGS_BYTES, ToolSpec
 
 __all__: list[str] = []
@@ -74,7 +74,9 @@ def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
 
 
 def _secrets(value: Any) -> list[str]:
-    """The texts a redacted value can appear as in a message: str and repr of each leaf."""
+    """The texts a redacted value can appear as in a message: str and repr of each leaf
+    (through Structs and dataclasses too), and the JSON text of other objects (a
+    datetime's ISO form, bytes as base64)."""
     if isinstance(value, dict):
         return [t for v in value.values() for t in _secrets(v)] + [repr(value)]
     if isinstance(value, list | tuple):
@@ -83,7 +85,20 @@ def _secrets(value: Any) -> list[str]:
         return []
     if isinstance(value, str | int | float):
         return [repr(value), str(value)]
-    return [repr(value), str(value)]
+    fields = _fields(value)
+    if fields is not value:
+        return [*_secrets(fields), repr(value), str(value)]
+    shown = [repr(value), str(value)]
+    try:
+        as_json = msgspec.to_builtins(value)
+    except (TypeError, ValueError):
+        return shown
+    if isinstance(value, bytes | bytearray | memoryview):
+        shown.append(bytes(value).decode("utf-8", "replace"))
+    isoformat = getattr(value, "isoformat", None)  # dates and times: 2031-05-06T07:08:00+00:00
+    if callable(isoformat):
+        shown.append(str(isoformat()))
+    return [*shown, str(as_json)]
 
 
 def _scrub(text: str, run: _Run) -> str:

@@ -355,7 +355,7 @@ class Registry:
         if not (isinstance(confirm, bool) or callable(confirm)):
             raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
         params = set(schema.get("properties", {}))
-        bad_path = check_paths(redact)
+        bad_path = check_paths(redact)  # the syntax first: the checks below split paths
         if bad_path is not None:
             raise ToolUsageError(f"tool {name}: redact: {bad_path}")
         if isinstance(effect, str):
@@ -376,6 +376,9 @@ class Registry:
         unknown = roots(redact) - params
         if unknown:
             raise ToolUsageError(f"tool {name}: redact names unknown arguments {sorted(unknown)}")
+        bad_path = check_paths(redact, args_type, schema)
+        if bad_path is not None:
+            raise ToolUsageError(f"tool {name}: redact: {bad_path}")
         for label, value in (("timeout", timeout), ("cache", cache)):
             if value is not None and not value > 0:
                 raise ToolUsageError(f"tool {name}: {label} must be a positive number of seconds")

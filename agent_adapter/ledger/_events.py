@@ -143,12 +143,17 @@ class ApprovalRejected(Event, kw_only=True, omit_defaults=True, tag="approval.de
 
 
 class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pending"):
-    """A deferred port holds the request for out-of-band review (written once per request)."""
+    """A deferred port holds the request for out-of-band review (written once per request).
+
+    ``redact``: the tool's redaction paths (``args`` holds ``"[redacted]"`` there); an
+    answer's edits may not put a value at them.
+    """
 
     request_id: str = ""
     digest: str = ""
     args: Any = None
     metadata: dict[str, Any] = {}
+    redact: list[str] = []
 
 
 class ApprovalAnswered(Event, kw_only=True, omit_defaults=True, tag="approval.answered"):
