@@ -38,9 +38,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def check_paths(
-    paths: Iterable[str], args_type: Any = None, schema: Any = None
-) -> str | None:
+def check_paths(paths: Iterable[str], args_type: Any = None, schema: Any = None) -> str | None:
     """Why one of ``paths`` cannot name a value of the arguments, or None.
 
     A path is ``name`` or ``name.field...``; each part after the first must be a field
