@@ -7,6 +7,7 @@ import enum
 from typing import Annotated, Any, Literal
 
 import msgspec
+import orjson
 import pytest
 
 from agent_adapter import Registry, ToolSpec
@@ -401,6 +402,11 @@ def pay() -> ToolSpec:
         (
             {"to": "bob", "amount": float("-inf")},
             "arguments for pay contain -inf, which is not a JSON number",
+        ),
+        (
+            {"to": "bob", "amount": orjson.Fragment(b"1")},
+            "arguments for pay contain an orjson.Fragment (pre-encoded JSON); pass the value "
+            "itself",
         ),
     ],
 )

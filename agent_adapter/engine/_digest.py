@@ -18,6 +18,8 @@ subclasses, ints over 64 bits, ...) takes the msgspec path itself. The fast path
 only if it reproduces the pinned bytes of a set of probe values when this module is
 imported (a future orjson that spells something differently falls back, never drifts);
 ``tests/test_digest.py`` checks the two paths agree on random values and every code point.
+One input is outside the rule: an ``orjson.Fragment`` (pre-encoded JSON), which orjson
+embeds as written where msgspec refuses it; validation refuses it in arguments.
 """
 
 from __future__ import annotations

@@ -82,7 +82,19 @@ def _not_json(value: Any, limit: int) -> str | None:
             stack.extend((v, depth + 1) for v in item)
         elif isinstance(item, float) and not math.isfinite(item):
             return f"contain {item!r}, which is not a JSON number"
+        elif isinstance(item, _FRAGMENT):
+            # Pre-encoded JSON the digest's encoder would embed as written, not
+            # canonically: one value could then have several digests.
+            return "contain an orjson.Fragment (pre-encoded JSON); pass the value itself"
     return None
+
+
+try:
+    from orjson import Fragment as _FRAGMENT
+except ImportError:  # pragma: no cover - orjson is a dependency
+
+    class _FRAGMENT:  # type: ignore[no-redef]
+        """Stands in when orjson is missing: nothing is one."""
 
 
 # A msgspec error's path ("... - at `$.name...`") and its root argument.
