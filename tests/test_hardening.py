@@ -58,6 +58,12 @@ async def test_arguments_changed_during_the_write_ahead_do_not_run() -> None:
         await executor.call("payout", '{"to": "acct-1", "legs": [{"cents": 500}]}')
     assert ran == []
     assert [e.type async for e in ledger.read()][-1] == "call.failed"
+    # The body never ran, and the outcome says so: the key is free (no manual resolve),
+    # for this executor and for one that replays the ledger.
+    replayed = await Executor.open(payout_registry(ran), ledger=ledger)
+    assert (executor.state.effects, replayed.state.effects) == ({}, {})
+    assert await replayed.call("payout", {"to": "acct-1", "legs": [{"cents": 500}]}) == "paid"
+    assert ran == [[{"cents": 500}]]
 
 
 class FailingOnce(MemoryLedger):

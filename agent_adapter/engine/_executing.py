@@ -64,6 +64,7 @@ def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) ->
         )
         failed = self._failed(run, error)
         failed.counted = self.state.inflight[run.key].counted
+        failed.ran = False  # checked before the body: it never ran
         raise _Stop(failed, error)
     if not fresh:
         return call

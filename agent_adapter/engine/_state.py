@@ -245,8 +245,9 @@ class Projection:
         if isinstance(event, _BODY_RAN):
             # A blocked outcome here is an output guard: the body did run.
             state.status = "committed"
-        elif isinstance(event, CallFailed) and event.error_kind == "tool-error":
-            del self.effects[key]  # the tool says it did nothing: the key is free again
+        elif isinstance(event, CallFailed) and (event.error_kind == "tool-error" or not event.ran):
+            # The tool says it did nothing, or the body never ran: the key is free again.
+            del self.effects[key]
         else:
             state.status = "ambiguous"
 

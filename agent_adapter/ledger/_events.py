@@ -235,6 +235,9 @@ class CallFailed(_Outcome, kw_only=True, omit_defaults=True, tag="call.failed"):
     error: str = ""
     #: True when the call had passed the run-limit check with no counting event since.
     counted: bool = False
+    #: False when the call failed after ``call.started`` but before its body ran (its
+    #: arguments were changed in place): nothing can have happened, the key is free.
+    ran: bool = True
 
 
 class CallTimedOut(_Outcome, kw_only=True, omit_defaults=True, tag="call.timed_out"):
