@@ -246,6 +246,8 @@ async def refuse(
     """
     if not self._started:
         await self._ensure_started()
+    while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)
+        await self._recall(ctx.run_id)
     key = (ctx.run_id, ctx.call_id)
     if key in self.state.outcomes or key in self.state.inflight:
         return False

@@ -22,6 +22,7 @@ import msgspec
 from ..errors import (
     AdapterError,
     ToolArgsInvalid,
+    ToolUsageError,
 )
 from ..ledger._events import (
     CallCancelled,
@@ -92,8 +93,15 @@ class Executor:
         output_guards: Sequence[Callable[..., Any]] = (),
         limits: RunLimits | None = None,
         clock: Callable[[], float] | None = None,
+        remember: int | None = 250_000,
     ) -> None:
+        if remember is not None and (not isinstance(remember, int) or remember < 1):
+            raise ToolUsageError("remember must be a positive number of calls, or None")
         self.registry = registry if registry is not None else Registry()
+        self.remember = remember
+        # Runs being recalled from the ledger: their waiters, and other writers' events
+        # for them that arrive meanwhile (see _recall).
+        self._recalling: dict[str, tuple[asyncio.Future[None], list[Event]]] = {}
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
         self.approval = approval
         self.limits = limits
@@ -109,7 +117,7 @@ class Executor:
         self._on_event = tuple((h.on_event, _name_of(h)) for h in hooks if hasattr(h, "on_event"))
         self._subscribers: list[asyncio.Queue[Event]] = []
         self._observed = bool(self._on_event)
-        self.state = Projection()
+        self.state = Projection(remember)
         for spec in self.registry:
             if spec.cache is not None:
                 self.state.cache_ttl[spec.name] = spec.cache
@@ -150,7 +158,7 @@ class Executor:
             opener = getattr(self.ledger, "open", None)
             if opener is not None:
                 await opener()
-            state = Projection()
+            state = Projection(self.remember)
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
             last = 0
@@ -191,6 +199,28 @@ class Executor:
         # Another process's event: folded like a replayed one (never dispatched to this
         # executor's hooks or subscribers: it is not one of its calls).
         self.state.apply(event)
+        recalling = self._recalling.get(event.run_id)
+        if recalling is not None:
+            recalling[1].append(event)
+
+    async def _recall(self, run_id: str) -> None:
+        """Bring a cold run's history (outcomes, counts) back from the ledger, once."""
+        recalling = self._recalling.get(run_id)
+        if recalling is not None:
+            await asyncio.shield(recalling[0])
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        arrived: list[Event] = []
+        self._recalling[run_id] = (done, arrived)
+        try:
+            events = [event async for event in self.ledger.read(run_id=run_id)]
+            last = events[-1].seq if events else 0
+            # Another writer's events for this run that the read did not reach yet.
+            events.extend(e for e in arrived if e.seq > last)
+            self.state.recall(run_id, events)
+        finally:
+            del self._recalling[run_id]
+            done.set_result(None)
 
     def _emit(self, run: _Run, event: Event) -> None:
         # Applied at once (so checks and claims are atomic), durable at the next flush.
@@ -277,6 +307,8 @@ class Executor:
         """
         if not self._started:
             await self._ensure_started()
+        while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)
+            await self._recall(ctx.run_id)
         key = (ctx.run_id, ctx.call_id)
         if key in self.state.outcomes or key in self.state.inflight:
             try:

@@ -9,7 +9,7 @@ between: two concurrent calls can never both pass an effect or limit check.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -70,10 +70,33 @@ _COUNT_IF_MARKED = (CallCancelled, CallFailed)
 _BODY_RAN = (CallSucceeded, CallBlocked)
 
 
-class Projection:
-    """Folds events into: the outcome index, in-flight calls, run counters, cache, effects."""
+class _History:
+    """What a warm run holds in the index: its finished calls and the tools it counted."""
+
+    __slots__ = ("calls", "tools")
 
     def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.tools: set[str] = set()
+
+
+class Projection:
+    """Folds events into: the outcome index, in-flight calls, run counters, cache, effects.
+
+    ``remember`` bounds the run history (the outcome index and the run counters, which
+    grow with every call): past that many finished calls, the least recently finished
+    runs with nothing in flight go *cold*: their history leaves memory, and events of a
+    cold run change only the live state (in-flight calls, effect keys, cache). The
+    executor recalls a cold run from the ledger (``recall``) before it serves a call of it.
+    """
+
+    def __init__(self, remember: int | None = None) -> None:
+        self.remember = remember
+        #: warm runs, least recently finished first
+        self.history: OrderedDict[str, _History] = OrderedDict()
+        #: runs whose history is only in the ledger
+        self.cold: set[str] = set()
+        self._remembered = 0
         #: (run_id, call_id) -> (digest of the call as requested, outcome tag)
         self.outcomes: dict[CallKey, tuple[str | None, str]] = {}
         self.inflight: dict[CallKey, _InFlight] = {}
@@ -143,9 +166,15 @@ class Projection:
         """Count the call against its run, once (it passed the limit check)."""
         if not call.counted:
             call.counted = True
+            if run_id in self.cold:
+                return  # counted in the ledger; a recall reads it from there
             self.run_calls[run_id] = self.run_calls.get(run_id, 0) + 1
             key = (run_id, call.tool)
             self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
+            history = self.history.get(run_id)
+            if history is None:
+                history = self.history[run_id] = _History()
+            history.tools.add(call.tool)
 
     def _counting(self, event: Event) -> None:
         # The first event after the limit check (approval, cache hit, effect claim, start,
@@ -202,7 +231,9 @@ class Projection:
             isinstance(event, _COUNT_IF_MARKED) and event.counted
         ):
             self.count(event.run_id, call)
-        self.outcomes[key] = (call.validated, tag)
+        if key[0] not in self.cold:
+            self.outcomes[key] = (call.validated, tag)
+            self._finished(key)
         if call.effect_key is not None:
             self._settle_effect(call.effect_key, event)
         if isinstance(event, CallSucceeded) and not event.redacted:
@@ -230,6 +261,59 @@ class Projection:
                 entry = cache.get((tool, digest))
                 if entry is not None and entry[1] == ts:
                     del cache[(tool, digest)]
+
+    # -- the bounded run history ---------------------------------------------------------
+
+    def _finished(self, key: CallKey) -> None:
+        run_id = key[0]
+        history = self.history.get(run_id)
+        if history is None:
+            history = self.history[run_id] = _History()
+        else:
+            self.history.move_to_end(run_id)
+        history.calls.append(key[1])
+        self._remembered += 1
+        if self.remember is not None and self._remembered > self.remember:
+            self._evict()
+
+    def _evict(self) -> None:
+        # Down to 90% of the bound, so that the scan below runs once per tenth of it.
+        target = int(self.remember * 0.9)  # type: ignore[operator]
+        busy = {run_id for run_id, _ in self.inflight}
+        for run_id in list(self.history):
+            if self._remembered <= target:
+                return
+            if run_id in busy or len(self.history) == 1:
+                continue  # a call of it is in flight (or it is the only one): stays warm
+            history = self.history.pop(run_id)
+            for call_id in history.calls:
+                del self.outcomes[(run_id, call_id)]
+            self._remembered -= len(history.calls)
+            self.run_calls.pop(run_id, None)
+            for tool in history.tools:
+                self.tool_calls.pop((run_id, tool), None)
+            self.cold.add(run_id)
+
+    def recall(self, run_id: str, events: list[Event]) -> None:
+        """Make a cold run warm again from all its events in the ledger, in seq order."""
+        if run_id not in self.cold:
+            return
+        past = Projection()
+        for event in events:
+            past.apply(event)
+        self.cold.discard(run_id)
+        history = self.history[run_id] = _History()
+        for (run, call_id), outcome in past.outcomes.items():
+            self.outcomes[(run, call_id)] = outcome
+            history.calls.append(call_id)
+        self._remembered += len(history.calls)
+        if run_id in past.run_calls:
+            self.run_calls[run_id] = past.run_calls[run_id]
+        for (run, tool), n in past.tool_calls.items():
+            self.tool_calls[(run, tool)] = n
+            history.tools.add(tool)
+        if self.remember is not None and self._remembered > self.remember:
+            self._evict()
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)

@@ -1,0 +1,154 @@
+"""The run history in memory is bounded (``remember``); cold runs come back from the ledger.
+
+Every finished call leaves its outcome in the executor's index (step 0 refuses to run a
+finished call again without asking the ledger) and counts against its run. Past
+``remember`` calls, the least recently finished runs go cold and are recalled from the
+ledger when one of their calls comes again: the answers are the same as if nothing had
+been forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_adapter import Executor, Registry, RunLimits
+from agent_adapter.errors import DuplicateEffect, RunLimitExceeded, ToolUsageError
+from agent_adapter.ledger import MemoryLedger, SQLiteLedger
+
+
+def _tools(ran: list[str]) -> Registry:
+    registry = Registry()
+
+    @registry.tool
+    async def echo(x: int) -> int:
+        ran.append(f"echo {x}")
+        return x
+
+    @registry.tool(effect="pay:{ref}")
+    async def pay(ref: str) -> str:
+        ran.append(f"pay {ref}")
+        return f"paid {ref}"
+
+    return registry
+
+
+async def _runs(executor: Executor, runs: range, calls: int) -> None:
+    for r in runs:
+        for c in range(calls):
+            await executor.call("echo", {"x": c}, run_id=f"run{r}", call_id=f"c{c}")
+
+
+async def test_old_runs_go_cold_and_come_back_the_same() -> None:
+    ran: list[str] = []
+    executor = Executor(_tools(ran), remember=10, limits=RunLimits(max_calls=6))
+    await _runs(executor, range(4), 5)  # 20 calls: the first runs go cold
+    state = executor.state
+    assert "run0" in state.cold and "run3" not in state.cold
+    assert not any(run == "run0" for run, _ in state.outcomes)
+    assert "run0" not in state.run_calls and len(state.outcomes) <= 10
+    before = len(ran)
+    # A finished call of a cold run is replayed, not run again...
+    assert await executor.call("echo", {"x": 1}, run_id="run0", call_id="c1") == 1
+    assert len(ran) == before
+    kinds = [e.type async for e in executor.ledger.read(run_id="run0", call_id="c1")]
+    assert kinds[-1] == "call.replayed"
+    # ...and its run limit counts the calls it made before it went cold.
+    assert await executor.call("echo", {"x": 9}, run_id="run0", call_id="c9") == 9
+    with pytest.raises(RunLimitExceeded):
+        await executor.call("echo", {"x": 10}, run_id="run0", call_id="c10")
+    assert "run0" not in state.cold
+
+
+async def test_an_executor_opened_on_a_long_ledger_keeps_only_the_bound(tmp_path: Path) -> None:
+    ran: list[str] = []
+    path = tmp_path / "long.db"
+    async with Executor(_tools(ran), ledger=SQLiteLedger(path)) as first:
+        await _runs(first, range(50), 4)
+        await first.call("pay", {"ref": "p1"}, run_id="run0", call_id="pay")
+    async with Executor(_tools(ran), ledger=SQLiteLedger(path), remember=20) as second:
+        assert len(second.state.outcomes) <= 20 and "run0" in second.state.cold
+        # Effect keys are never forgotten: the refund of a cold run is still a duplicate.
+        with pytest.raises(DuplicateEffect):
+            await second.call("pay", {"ref": "p1"}, run_id="run49", call_id="pay-again")
+        replayed = await second.call("pay", {"ref": "p1"}, run_id="run0", call_id="pay")
+    assert (replayed, ran.count("pay p1")) == ("paid p1", 1)
+
+
+async def test_memory_stays_bounded_over_many_calls() -> None:
+    executor = Executor(_tools([]), remember=1_000)
+    await _runs(executor, range(2_000), 10)  # 20,000 calls
+    state = executor.state
+    assert len(state.outcomes) <= 1_000 and len(state.run_calls) <= 101
+    assert len(state.history) <= 101 and len(state.cold) >= 1_899
+
+
+class _CountingReads(MemoryLedger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.run_reads: list[str] = []
+
+    def read(self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None):  # type: ignore[no-untyped-def]
+        if run_id is not None and call_id is None:
+            self.run_reads.append(run_id)
+        return super().read(after, run_id=run_id, call_id=call_id)
+
+
+async def test_concurrent_calls_of_a_cold_run_recall_it_once() -> None:
+    ledger = _CountingReads()
+    executor = Executor(_tools([]), ledger=ledger, remember=5)
+    await _runs(executor, range(3), 5)
+    assert "run0" in executor.state.cold
+    results = await asyncio.gather(
+        *(executor.call("echo", {"x": x}, run_id="run0", call_id=f"new{x}") for x in range(8))
+    )
+    assert (results, ledger.run_reads) == (list(range(8)), ["run0"])
+
+
+async def test_a_run_with_a_call_in_flight_stays_warm() -> None:
+    gate = asyncio.Event()
+    registry = _tools([])
+
+    @registry.tool
+    async def slow(x: int) -> int:
+        await gate.wait()
+        return x
+
+    executor = Executor(registry, remember=5)
+    await executor.call("echo", {"x": 0}, run_id="busy", call_id="first")
+    waiting = asyncio.create_task(executor.call("slow", {"x": 1}, run_id="busy", call_id="second"))
+    await asyncio.sleep(0)
+    await _runs(executor, range(10), 3)
+    assert "busy" not in executor.state.cold and ("busy", "first") in executor.state.outcomes
+    gate.set()
+    assert await waiting == 1
+
+
+async def test_a_cold_run_recalled_on_a_shared_ledger_sees_the_other_writers_calls(
+    tmp_path: Path,
+) -> None:
+    """Another process finished a call of a run this executor had let go cold."""
+    ran: list[str] = []
+    path = tmp_path / "shared.db"
+    a = await Executor.open(_tools(ran), ledger=SQLiteLedger(path))
+    b = await Executor.open(_tools(ran), ledger=SQLiteLedger(path), remember=4)
+    try:
+        await b.call("echo", {"x": 0}, run_id="shared", call_id="b0")
+        await _runs(b, range(3), 3)  # "shared" goes cold in b
+        assert "shared" in b.state.cold
+        await a.call("echo", {"x": 7}, run_id="shared", call_id="a7")
+        before = len(ran)
+        assert await b.call("echo", {"x": 7}, run_id="shared", call_id="a7") == 7
+        assert len(ran) == before  # replayed from a's outcome, not run again
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "many"])
+def test_remember_must_be_a_positive_number_of_calls(bad: Any) -> None:
+    with pytest.raises(ToolUsageError, match="remember must be a positive number"):
+        Executor(remember=bad)
