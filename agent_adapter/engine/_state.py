@@ -232,8 +232,10 @@ class Projection:
         ):
             self.count(event.run_id, call)
         if key[0] not in self.cold:
+            new = key not in self.outcomes  # (a second outcome would be counted twice)
             self.outcomes[key] = (call.validated, tag)
-            self._finished(key)
+            if new:
+                self._finished(key)
         if call.effect_key is not None:
             self._settle_effect(call.effect_key, event)
         if isinstance(event, CallSucceeded) and not event.redacted:
@@ -287,7 +289,7 @@ class Projection:
                 continue  # a call of it is in flight (or it is the only one): stays warm
             history = self.history.pop(run_id)
             for call_id in history.calls:
-                del self.outcomes[(run_id, call_id)]
+                self.outcomes.pop((run_id, call_id), None)
             self._remembered -= len(history.calls)
             self.run_calls.pop(run_id, None)
             for tool in history.tools:
