@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_adapter import Executor, Registry, RunLimits
-from agent_adapter.errors import DuplicateEffect, RunLimitExceeded, ToolUsageError
+from agent_adapter.errors import AmbiguousEffect, DuplicateEffect, RunLimitExceeded, ToolUsageError
 from agent_adapter.ledger import MemoryLedger, SQLiteLedger
 
 
@@ -152,3 +152,97 @@ async def test_a_cold_run_recalled_on_a_shared_ledger_sees_the_other_writers_cal
 def test_remember_must_be_a_positive_number_of_calls(bad: Any) -> None:
     with pytest.raises(ToolUsageError, match="remember must be a positive number"):
         Executor(remember=bad)
+
+
+class _SlowOutcomes(MemoryLedger):
+    """A ledger whose outcome appends take a while (a disk, a network)."""
+
+    async def append_many(self, events: Any) -> Any:
+        if any(e.is_outcome for e in events):
+            await asyncio.sleep(0.05)
+        return await super().append_many(events)
+
+
+async def test_a_run_is_not_sent_cold_before_its_outcome_is_written() -> None:
+    """A retry that arrives while the outcome is still being written must not recall a ledger
+    without it (and run the body again)."""
+    ran: list[str] = []
+    gate = asyncio.Event()
+    registry = _tools(ran)
+
+    @registry.tool
+    async def wait() -> int:
+        await gate.wait()
+        return 0
+
+    executor = Executor(registry, ledger=_SlowOutcomes(), remember=1)
+    busy = asyncio.create_task(executor.call("wait", {}, run_id="B", call_id="w"))
+    await asyncio.sleep(0.01)
+    await executor.call("echo", {"x": 1}, run_id="X", call_id="c1")
+    first = asyncio.create_task(executor.call("echo", {"x": 2}, run_id="X", call_id="c2"))
+    await asyncio.sleep(0.02)  # c2's outcome is applied, its append still running
+    with pytest.raises(AmbiguousEffect, match="still being written"):
+        await executor.call("echo", {"x": 2}, run_id="X", call_id="c2")
+    assert await first == 2
+    assert await executor.call("echo", {"x": 2}, run_id="X", call_id="c2") == 2  # replayed
+    gate.set()
+    await busy
+    assert ran.count("echo 2") == 1
+
+
+async def test_another_writers_events_read_by_a_recall_count_once(tmp_path: Path) -> None:
+    """The recall reads another process's call before that process's events are handed
+    over at this executor's next commit: the run's count must not take it twice."""
+    path = tmp_path / "shared.db"
+    one = Executor(_tools([]), ledger=SQLiteLedger(path), remember=3, limits=RunLimits(max_calls=4))
+    other = Executor(_tools([]), ledger=SQLiteLedger(path))
+    await one.start()
+    await other.start()
+    try:
+        await one.call("echo", {"x": 0}, run_id="R", call_id="a")
+        await _runs(one, range(4), 1)  # R goes cold in `one`
+        assert "R" in one.state.cold
+        await other.call("echo", {"x": 1}, run_id="R", call_id="b")
+        await one.call("echo", {"x": 2}, run_id="R", call_id="c")  # recall reads a, b
+        await one.ledger.catch_up()  # type: ignore[attr-defined]  # b is handed over now
+        assert one.state.run_calls["R"] == 3
+        assert await one.call("echo", {"x": 3}, run_id="R", call_id="d") == 3  # 4th: allowed
+        with pytest.raises(RunLimitExceeded):
+            await one.call("echo", {"x": 4}, run_id="R", call_id="f")
+    finally:
+        await one.close()
+        await other.close()
+
+
+class _YieldingReads(MemoryLedger):
+    async def read(self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        async for event in super().read(after, run_id=run_id, call_id=call_id):
+            yield event
+
+
+async def test_a_recall_next_to_a_busy_run_finishes() -> None:
+    """A busy run holding most of the bound cannot make the recalled run go cold at once
+    (the call would recall it forever)."""
+    gate = asyncio.Event()
+    registry = _tools([])
+
+    @registry.tool
+    async def wait() -> int:
+        await gate.wait()
+        return 0
+
+    # A ledger whose reads yield (as a real one does): a recall loop would then end in
+    # the wait_for timeout below instead of blocking the event loop for good.
+    executor = Executor(registry, ledger=_YieldingReads(), remember=4)
+    await _runs(executor, range(1), 6)  # run0: 6 calls
+    await executor.call("echo", {"x": 0}, run_id="S", call_id="c0")  # run0 goes cold
+    busy = asyncio.create_task(executor.call("wait", {}, run_id="B", call_id="w"))
+    await asyncio.sleep(0.01)
+    assert "run0" in executor.state.cold
+    result = await asyncio.wait_for(
+        executor.call("echo", {"x": 9}, run_id="run0", call_id="c9"), timeout=5
+    )
+    gate.set()
+    await busy
+    assert result == 9

@@ -323,11 +323,16 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             result=builtins,
         )
     # _end inlined for the success outcome (the common one): same order of steps.
-    self.state._outcome(outcome)
-    run.buffer.append(outcome)
-    run.ended = True
-    events, run.buffer = run.buffer, []
-    await self.ledger.append_many(events)
+    state = self.state
+    state.pin(ctx.run_id)
+    try:
+        state._outcome(outcome)
+        run.buffer.append(outcome)
+        run.ended = True
+        events, run.buffer = run.buffer, []
+        await self.ledger.append_many(events)
+    finally:
+        state.unpin(ctx.run_id)
     if self._observed:
         await self._dispatch(events)
     if self._after:

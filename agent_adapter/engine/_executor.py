@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -102,6 +103,8 @@ class Executor:
         # Runs being recalled from the ledger: their waiters, and other writers' events
         # for them that arrive meanwhile (see _recall).
         self._recalling: dict[str, tuple[asyncio.Future[None], list[Event]]] = {}
+        # Recalled runs -> the last seq their recall read (see _apply_foreign).
+        self._recalled: OrderedDict[str, int] = OrderedDict()
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
         self.approval = approval
         self.limits = limits
@@ -198,8 +201,22 @@ class Executor:
     def _apply_foreign(self, event: Event) -> None:
         # Another process's event: folded like a replayed one (never dispatched to this
         # executor's hooks or subscribers: it is not one of its calls).
-        self.state.apply(event)
-        recalling = self._recalling.get(event.run_id)
+        state = self.state
+        run_id = event.run_id
+        through = self._recalled.get(run_id)
+        if through is not None and event.seq <= through and run_id not in state.cold:
+            # A recall already read it into the run's history: fold it into the live
+            # state only (as for a cold run), or the run would count it twice.
+            state.cold.add(run_id)
+            try:
+                state.apply(event)
+            finally:
+                state.cold.discard(run_id)
+        else:
+            if through is not None and event.seq > through:
+                del self._recalled[run_id]  # delivered in seq order: none older will come
+            state.apply(event)
+        recalling = self._recalling.get(run_id)
         if recalling is not None:
             recalling[1].append(event)
 
@@ -218,6 +235,13 @@ class Executor:
             # Another writer's events for this run that the read did not reach yet.
             events.extend(e for e in arrived if e.seq > last)
             self.state.recall(run_id, events)
+            if events and self._shared:
+                # Events the read saw that another writer committed may still be handed
+                # over at a later commit: _apply_foreign folds those into live state only.
+                self._recalled[run_id] = events[-1].seq
+                self._recalled.move_to_end(run_id)
+                while len(self._recalled) > 10_000:
+                    self._recalled.popitem(last=False)
         finally:
             del self._recalling[run_id]
             done.set_result(None)
@@ -441,9 +465,14 @@ class Executor:
         self, run: _Run, outcome: Event, value: Any = None, error: BaseException | None = None
     ) -> None:
         """Record the one outcome (durable before the caller hears), then after_tool hooks."""
-        self._emit(run, outcome)
-        run.ended = True
-        await self._flush(run)
+        state = self.state
+        state.pin(run.key[0])
+        try:
+            self._emit(run, outcome)
+            run.ended = True
+            await self._flush(run)
+        finally:
+            state.unpin(run.key[0])
         if run.reached_body and self._after and run.call is not None:
             kind = outcome.type.rpartition(".")[2]
             await self._after_hooks(run.call, Outcome(kind=kind, value=value, error=error), outcome)
@@ -451,10 +480,13 @@ class Executor:
     async def _end_shielded(self, run: _Run, outcome: Event) -> None:
         # The task is being cancelled: write the outcome in a shielded task so that a
         # second cancel cannot tear the append in half.
+        state = self.state
+        state.pin(run.key[0])
         self._emit(run, outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
         task = asyncio.ensure_future(self.ledger.append_many(events))
+        task.add_done_callback(lambda _: state.unpin(run.key[0]))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -73,6 +73,12 @@ async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -
             outcome = event
             break
     if outcome is None:
+        if ctx.run_id in self.state.pinned:
+            # The first call finished a moment ago and its outcome is still being written.
+            raise AmbiguousEffect(
+                f"call {ctx.call_id} (run {ctx.run_id}) has just finished and its outcome "
+                "is still being written; it does not run again (ask again to get its value)"
+            )
         raise ToolUsageError(f"the outcome of call {ctx.call_id} is not in the ledger")
     await self._record(
         [

@@ -9,6 +9,7 @@ between: two concurrent calls can never both pass an effect or limit check.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -96,7 +97,12 @@ class Projection:
         self.history: OrderedDict[str, _History] = OrderedDict()
         #: runs whose history is only in the ledger
         self.cold: set[str] = set()
+        #: runs whose outcome is applied but not yet written: never sent cold before it
+        #: is (a recall would read a ledger without it and run the call again)
+        self.pinned: dict[str, int] = {}
         self._remembered = 0
+        # The next eviction pass runs once more than this many calls are remembered.
+        self._evict_at: float = remember if remember is not None else math.inf
         #: (run_id, call_id) -> (digest of the call as requested, outcome tag)
         self.outcomes: dict[CallKey, tuple[str | None, str]] = {}
         self.inflight: dict[CallKey, _InFlight] = {}
@@ -275,18 +281,25 @@ class Projection:
             self.history.move_to_end(run_id)
         history.calls.append(key[1])
         self._remembered += 1
-        if self.remember is not None and self._remembered > self.remember:
-            self._evict()
+        if self._remembered > self._evict_at:
+            self._evict(keep=run_id)
 
-    def _evict(self) -> None:
-        # Down to 90% of the bound, so that the scan below runs once per tenth of it.
-        target = int(self.remember * 0.9)  # type: ignore[operator]
+    def _evict(self, keep: str) -> None:
+        """Send idle runs cold, least recently finished first, down to 90% of the bound.
+
+        Never ``keep`` (the run just finished or recalled), never a run with a call in
+        flight. When busy runs hold the rest, the next pass waits for another tenth of
+        the bound: a pass scans every warm run, and must not run on every call.
+        """
+        remember = self.remember
+        assert remember is not None
+        target = int(remember * 0.9)
         busy = {run_id for run_id, _ in self.inflight}
         for run_id in list(self.history):
             if self._remembered <= target:
-                return
-            if run_id in busy or len(self.history) == 1:
-                continue  # a call of it is in flight (or it is the only one): stays warm
+                break
+            if run_id == keep or run_id in busy or run_id in self.pinned:
+                continue
             history = self.history.pop(run_id)
             for call_id in history.calls:
                 self.outcomes.pop((run_id, call_id), None)
@@ -295,6 +308,18 @@ class Projection:
             for tool in history.tools:
                 self.tool_calls.pop((run_id, tool), None)
             self.cold.add(run_id)
+        self._evict_at = max(remember, self._remembered + remember // 10)
+
+    def pin(self, run_id: str) -> None:
+        """Keep ``run_id`` warm until ``unpin``: its outcome is on its way to the ledger."""
+        self.pinned[run_id] = self.pinned.get(run_id, 0) + 1
+
+    def unpin(self, run_id: str) -> None:
+        left = self.pinned.get(run_id, 1) - 1
+        if left:
+            self.pinned[run_id] = left
+        else:
+            self.pinned.pop(run_id, None)
 
     def recall(self, run_id: str, events: list[Event]) -> None:
         """Make a cold run warm again from all its events in the ledger, in seq order."""
@@ -314,8 +339,8 @@ class Projection:
         for (run, tool), n in past.tool_calls.items():
             self.tool_calls[(run, tool)] = n
             history.tools.add(tool)
-        if self.remember is not None and self._remembered > self.remember:
-            self._evict()
+        if self._remembered > self._evict_at:
+            self._evict(keep=run_id)
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
