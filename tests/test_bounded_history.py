@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from agent_adapter import Executor, Registry, RunLimits
-from agent_adapter.errors import AmbiguousEffect, DuplicateEffect, RunLimitExceeded, ToolUsageError
+from agent_adapter.errors import (
+    AmbiguousEffect,
+    DuplicateEffect,
+    LedgerError,
+    RunLimitExceeded,
+    ToolUsageError,
+)
 from agent_adapter.ledger import MemoryLedger, SQLiteLedger
 
 
@@ -246,3 +252,75 @@ async def test_a_recall_next_to_a_busy_run_finishes() -> None:
     gate.set()
     await busy
     assert result == 9
+
+
+class _WriterQueue(MemoryLedger):
+    """Like SQLiteLedger: an append is handed to a writer; a caller cancelled while it waits
+    does not stop the write, and catch_up() returns once everything handed over is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: set[asyncio.Future[Any]] = set()
+        self.slow = False
+
+    async def append_many(self, events: Any) -> Any:
+        async def write() -> Any:
+            if self.slow and any(e.is_outcome for e in events):
+                await asyncio.sleep(0.1)
+            return await MemoryLedger.append_many(self, events)
+
+        task = asyncio.ensure_future(write())
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+        return await asyncio.shield(task)
+
+    async def catch_up(self) -> None:
+        while self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
+
+
+async def test_a_caller_cancelled_while_its_outcome_is_written_keeps_the_run_warm() -> None:
+    ran: list[str] = []
+    ledger = _WriterQueue()
+    executor = Executor(_tools(ran), ledger=ledger, remember=1)
+    await executor.call("echo", {"x": 1}, run_id="X", call_id="c1")
+    ledger.slow = True
+    first = asyncio.create_task(executor.call("echo", {"x": 2}, run_id="X", call_id="c2"))
+    await asyncio.sleep(0.02)  # the outcome is with the writer
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    ledger.slow = False
+    await executor.call("echo", {"x": 3}, run_id="Y", call_id="y1")  # an eviction pass
+    assert "X" not in executor.state.cold  # still pinned: its outcome is not written yet
+    with pytest.raises(AmbiguousEffect, match="still being written"):
+        await executor.call("echo", {"x": 2}, run_id="X", call_id="c2")
+    await ledger.catch_up()
+    await asyncio.sleep(0)  # the unpin that waited for catch_up
+    await executor.call("echo", {"x": 4}, run_id="Z", call_id="z1")  # X may go cold now
+    assert await executor.call("echo", {"x": 2}, run_id="X", call_id="c2") == 2  # replayed
+    assert (ran.count("echo 2"), executor.state.pinned) == (1, {})
+
+
+class _OutcomeWriteFails(MemoryLedger):
+    failed = False
+
+    async def append_many(self, events: Any) -> Any:
+        if not self.failed and any(e.is_outcome for e in events):
+            self.failed = True
+            raise LedgerError("ledger test.db: appending: the disk is full")
+        return await super().append_many(events)
+
+
+async def test_an_outcome_that_was_never_written_is_in_flight_after_a_recall() -> None:
+    """Memory had the outcome, the ledger only call.started: once the run went cold and
+    came back, the call is in flight (as after a restart), so a repeat is refused."""
+    ran: list[str] = []
+    executor = Executor(_tools(ran), ledger=_OutcomeWriteFails(), remember=1)
+    with pytest.raises(LedgerError):
+        await executor.call("echo", {"x": 1}, run_id="X", call_id="c1")
+    await _runs(executor, range(2), 1)  # X goes cold
+    assert "X" in executor.state.cold
+    with pytest.raises(AmbiguousEffect, match="already started and has no outcome"):
+        await executor.call("echo", {"x": 1}, run_id="X", call_id="c1")
+    assert ran.count("echo 1") == 1

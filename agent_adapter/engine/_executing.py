@@ -331,8 +331,13 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         run.ended = True
         events, run.buffer = run.buffer, []
         await self.ledger.append_many(events)
-    finally:
+    except asyncio.CancelledError:
+        self._unpin_when_written(ctx.run_id)
+        raise
+    except BaseException:
         state.unpin(ctx.run_id)
+        raise
+    state.unpin(ctx.run_id)
     if self._observed:
         await self._dispatch(events)
     if self._after:

@@ -103,6 +103,8 @@ class Executor:
         # Runs being recalled from the ledger: their waiters, and other writers' events
         # for them that arrive meanwhile (see _recall).
         self._recalling: dict[str, tuple[asyncio.Future[None], list[Event]]] = {}
+        # Tasks that outlive the call that started them (see _unpin_when_written).
+        self._background: set[asyncio.Task[None]] = set()
         # Recalled runs -> the last seq their recall read (see _apply_foreign).
         self._recalled: OrderedDict[str, int] = OrderedDict()
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
@@ -466,16 +468,45 @@ class Executor:
     ) -> None:
         """Record the one outcome (durable before the caller hears), then after_tool hooks."""
         state = self.state
-        state.pin(run.key[0])
+        run_id = run.key[0]
+        state.pin(run_id)  # warm until the outcome is written (see Projection.pinned)
         try:
             self._emit(run, outcome)
             run.ended = True
-            await self._flush(run)
-        finally:
-            state.unpin(run.key[0])
+            events, run.buffer = run.buffer, []
+            await self.ledger.append_many(events)
+        except asyncio.CancelledError:
+            self._unpin_when_written(run_id)
+            raise
+        except BaseException:
+            state.unpin(run_id)
+            raise
+        state.unpin(run_id)
+        if self._observed:
+            await self._dispatch(events)
         if run.reached_body and self._after and run.call is not None:
             kind = outcome.type.rpartition(".")[2]
             await self._after_hooks(run.call, Outcome(kind=kind, value=value, error=error), outcome)
+
+    def _unpin_when_written(self, run_id: str) -> None:
+        """The caller was cancelled while its outcome was being appended; the append may
+        still land (SQLite's writer finishes its queue). The run stays warm until the
+        ledger has caught up past it, or for good when the ledger cannot say."""
+        catch_up = getattr(self.ledger, "catch_up", None)
+        if catch_up is None:
+            return
+        state = self.state
+
+        async def later() -> None:
+            try:
+                await catch_up()
+            except Exception:
+                return  # not known to be written: stays pinned (warm), which is safe
+            state.unpin(run_id)
+
+        task = asyncio.ensure_future(later())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _end_shielded(self, run: _Run, outcome: Event) -> None:
         # The task is being cancelled: write the outcome in a shielded task so that a
@@ -486,7 +517,7 @@ class Executor:
         run.ended = True
         events, run.buffer = run.buffer, []
         task = asyncio.ensure_future(self.ledger.append_many(events))
-        task.add_done_callback(lambda _: state.unpin(run.key[0]))
+        task.add_done_callback(lambda t: _unpin_done(state, run.key[0], t))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -536,3 +567,11 @@ def get_default_executor() -> Executor:
     if _default is None:
         _default = Executor()
     return _default
+
+
+def _unpin_done(state: Projection, run_id: str, task: asyncio.Future[Any]) -> None:
+    """A shielded outcome append finished: written (or failed for good), so unpin; its
+    error was the cancelled caller's and has no one left to hear it."""
+    if not task.cancelled():
+        task.exception()
+    state.unpin(run_id)

@@ -329,6 +329,11 @@ class Projection:
         for event in events:
             past.apply(event)
         self.cold.discard(run_id)
+        for key, call in past.inflight.items():
+            # Started with no outcome in the ledger (an outcome whose write failed, or a
+            # process that died): in flight, as replay leaves it, so a repeat is refused.
+            if call.started and key not in self.inflight:
+                self.inflight[key] = call
         history = self.history[run_id] = _History()
         for (run, call_id), outcome in past.outcomes.items():
             self.outcomes[(run, call_id)] = outcome
