@@ -324,20 +324,30 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         )
     # _end inlined for the success outcome (the common one): same order of steps.
     state = self.state
-    state.pin(ctx.run_id)
-    try:
+    if self._sync_appends:
+        # MemoryLedger's append finishes before any other task runs: nobody can see the
+        # outcome applied and not written, so no pin (see Projection.pinned).
         state._outcome(outcome)
         run.buffer.append(outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
         await self.ledger.append_many(events)
-    except asyncio.CancelledError:
-        self._unpin_when_written(ctx.run_id)
-        raise
-    except BaseException:
-        state.unpin(ctx.run_id)
-        raise
-    state.unpin(ctx.run_id)
+    else:
+        run_id = ctx.run_id
+        state.pin(run_id)
+        try:
+            state._outcome(outcome)
+            run.buffer.append(outcome)
+            run.ended = True
+            events, run.buffer = run.buffer, []
+            await self.ledger.append_many(events)
+        except asyncio.CancelledError:
+            self._unpin_when_written(run_id)
+            raise
+        except BaseException:
+            state.unpin(run_id)
+            raise
+        state.unpin(run_id)
     if self._observed:
         await self._dispatch(events)
     if self._after:

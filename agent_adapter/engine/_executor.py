@@ -108,6 +108,8 @@ class Executor:
         # Recalled runs -> the last seq their recall read (see _apply_foreign).
         self._recalled: OrderedDict[str, int] = OrderedDict()
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
+        # MemoryLedger appends without suspending (a subclass may not).
+        self._sync_appends = type(self.ledger).append_many is MemoryLedger.append_many
         self.approval = approval
         self.limits = limits
         self._clock = clock or time.time

@@ -10,7 +10,7 @@ between: two concurrent calls can never both pass an effect or limit check.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -72,13 +72,14 @@ _BODY_RAN = (CallSucceeded, CallBlocked)
 
 
 class _History:
-    """What a warm run holds in the index: its finished calls and the tools it counted."""
+    """What a warm run holds in the index: its finished calls, and when it last finished
+    one (a tick, for least-recently-finished order)."""
 
-    __slots__ = ("calls", "tools")
+    __slots__ = ("calls", "last")
 
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.tools: set[str] = set()
+        self.last = 0
 
 
 class Projection:
@@ -94,7 +95,8 @@ class Projection:
     def __init__(self, remember: int | None = None) -> None:
         self.remember = remember
         #: warm runs, least recently finished first
-        self.history: OrderedDict[str, _History] = OrderedDict()
+        self.history: dict[str, _History] = {}
+        self._tick = 0
         #: runs whose history is only in the ledger
         self.cold: set[str] = set()
         #: runs whose outcome is applied but not yet written: never sent cold before it
@@ -177,10 +179,6 @@ class Projection:
             self.run_calls[run_id] = self.run_calls.get(run_id, 0) + 1
             key = (run_id, call.tool)
             self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
-            history = self.history.get(run_id)
-            if history is None:
-                history = self.history[run_id] = _History()
-            history.tools.add(call.tool)
 
     def _counting(self, event: Event) -> None:
         # The first event after the limit check (approval, cache hit, effect claim, start,
@@ -237,11 +235,22 @@ class Projection:
             isinstance(event, _COUNT_IF_MARKED) and event.counted
         ):
             self.count(event.run_id, call)
-        if key[0] not in self.cold:
-            new = key not in self.outcomes  # (a second outcome would be counted twice)
-            self.outcomes[key] = (call.validated, tag)
+        run_id = key[0]
+        if run_id not in self.cold:
+            outcomes = self.outcomes
+            new = key not in outcomes  # (a second outcome would be counted twice)
+            outcomes[key] = (call.validated, tag)
             if new:
-                self._finished(key)
+                # _finished inlined (this runs for every call): an append and a tick.
+                history = self.history.get(run_id)
+                if history is None:
+                    history = self.history[run_id] = _History()
+                history.calls.append(key[1])
+                self._tick = tick = self._tick + 1
+                history.last = tick
+                self._remembered += 1
+                if self._remembered > self._evict_at:
+                    self._evict(keep=run_id)
         if call.effect_key is not None:
             self._settle_effect(call.effect_key, event)
         if isinstance(event, CallSucceeded) and not event.redacted:
@@ -272,42 +281,34 @@ class Projection:
 
     # -- the bounded run history ---------------------------------------------------------
 
-    def _finished(self, key: CallKey) -> None:
-        run_id = key[0]
-        history = self.history.get(run_id)
-        if history is None:
-            history = self.history[run_id] = _History()
-        else:
-            self.history.move_to_end(run_id)
-        history.calls.append(key[1])
-        self._remembered += 1
-        if self._remembered > self._evict_at:
-            self._evict(keep=run_id)
-
     def _evict(self, keep: str) -> None:
         """Send idle runs cold, least recently finished first, down to 90% of the bound.
 
         Never ``keep`` (the run just finished or recalled), never a run with a call in
-        flight. When busy runs hold the rest, the next pass waits for another tenth of
-        the bound: a pass scans every warm run, and must not run on every call.
+        flight or an outcome on its way to the ledger. When those hold the rest, the next
+        pass waits for another tenth of the bound: a pass sorts every warm run, and must
+        not run on every call.
         """
         remember = self.remember
         assert remember is not None
         target = int(remember * 0.9)
         busy = {run_id for run_id, _ in self.inflight}
-        for run_id in list(self.history):
+        gone: set[str] = set()
+        for run_id, history in sorted(self.history.items(), key=lambda item: item[1].last):
             if self._remembered <= target:
                 break
             if run_id == keep or run_id in busy or run_id in self.pinned:
                 continue
-            history = self.history.pop(run_id)
+            del self.history[run_id]
             for call_id in history.calls:
                 self.outcomes.pop((run_id, call_id), None)
             self._remembered -= len(history.calls)
             self.run_calls.pop(run_id, None)
-            for tool in history.tools:
-                self.tool_calls.pop((run_id, tool), None)
-            self.cold.add(run_id)
+            gone.add(run_id)
+        if gone:
+            for key in [k for k in self.tool_calls if k[0] in gone]:
+                del self.tool_calls[key]
+            self.cold |= gone
         self._evict_at = max(remember, self._remembered + remember // 10)
 
     def pin(self, run_id: str) -> None:
@@ -335,6 +336,8 @@ class Projection:
             if call.started and key not in self.inflight:
                 self.inflight[key] = call
         history = self.history[run_id] = _History()
+        self._tick += 1
+        history.last = self._tick
         for (run, call_id), outcome in past.outcomes.items():
             self.outcomes[(run, call_id)] = outcome
             history.calls.append(call_id)
@@ -343,7 +346,6 @@ class Projection:
             self.run_calls[run_id] = past.run_calls[run_id]
         for (run, tool), n in past.tool_calls.items():
             self.tool_calls[(run, tool)] = n
-            history.tools.add(tool)
         if self._remembered > self._evict_at:
             self._evict(keep=run_id)
 
