@@ -323,30 +323,28 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             result=builtins,
         )
     # _end inlined for the success outcome (the common one): same order of steps.
+    # The run stays warm until the outcome is written (Projection.pinned); a MemoryLedger
+    # appends without suspending, so nobody can see it applied and not written.
     state = self.state
-    if self._sync_appends:
-        # MemoryLedger's append finishes before any other task runs: nobody can see the
-        # outcome applied and not written, so no pin (see Projection.pinned).
+    run_id = ctx.run_id
+    pin = not self._sync_appends
+    if pin:
+        state.pin(run_id)
+    try:
         state._outcome(outcome)
         run.buffer.append(outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
         await self.ledger.append_many(events)
-    else:
-        run_id = ctx.run_id
-        state.pin(run_id)
-        try:
-            state._outcome(outcome)
-            run.buffer.append(outcome)
-            run.ended = True
-            events, run.buffer = run.buffer, []
-            await self.ledger.append_many(events)
-        except asyncio.CancelledError:
+    except asyncio.CancelledError:
+        if pin:
             self._unpin_when_written(run_id)
-            raise
-        except BaseException:
+        raise
+    except BaseException:
+        if pin:
             state.unpin(run_id)
-            raise
+        raise
+    if pin:
         state.unpin(run_id)
     if self._observed:
         await self._dispatch(events)
