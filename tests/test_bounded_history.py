@@ -324,3 +324,28 @@ async def test_an_outcome_that_was_never_written_is_in_flight_after_a_recall() -
     with pytest.raises(AmbiguousEffect, match="already started and has no outcome"):
         await executor.call("echo", {"x": 1}, run_id="X", call_id="c1")
     assert ran.count("echo 1") == 1
+
+
+async def test_a_run_whose_only_call_died_before_it_started_goes_cold_too() -> None:
+    """Counted (approval asked) but never finished: after a restart replay forgets the call,
+    and the run's count must still leave memory with the other idle runs, and come back."""
+    from agent_adapter.ledger import ApprovalRequested, CallRequested, CallValidated
+
+    ledger = MemoryLedger()
+    ids = {"run_id": "died", "call_id": "d1", "tool": "echo"}
+    await ledger.append_many(
+        [
+            CallRequested(args={"x": 1}, **ids),
+            CallValidated(digest="0" * 64, **ids),
+            ApprovalRequested(request_id="q", digest="0" * 64, **ids),  # counts the call
+        ]
+    )
+    executor = await Executor.open(
+        _tools([]), ledger=ledger, remember=5, limits=RunLimits(max_calls=2)
+    )
+    assert executor.state.run_calls == {"died": 1}
+    await _runs(executor, range(10), 1)
+    assert "died" in executor.state.cold and "died" not in executor.state.run_calls
+    await executor.call("echo", {"x": 2}, run_id="died", call_id="d2")  # recalled: 2nd call
+    with pytest.raises(RunLimitExceeded):
+        await executor.call("echo", {"x": 3}, run_id="died", call_id="d3")

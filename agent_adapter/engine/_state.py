@@ -305,6 +305,12 @@ class Projection:
             self._remembered -= len(history.calls)
             self.run_calls.pop(run_id, None)
             gone.add(run_id)
+        # Runs counted but with no finished call here (one that died before it started,
+        # say) have no history entry: their counts go cold with the rest.
+        for run_id in [r for r in self.run_calls if r not in self.history]:
+            if run_id != keep and run_id not in busy and run_id not in self.pinned:
+                del self.run_calls[run_id]
+                gone.add(run_id)
         if gone:
             for key in [k for k in self.tool_calls if k[0] in gone]:
                 del self.tool_calls[key]
