@@ -209,13 +209,9 @@ class Executor:
         run_id = event.run_id
         through = self._recalled.get(run_id)
         if through is not None and event.seq <= through and run_id not in state.cold:
-            # A recall already read it into the run's history: fold it into the live
-            # state only (as for a cold run), or the run would count it twice.
-            state.cold.add(run_id)
-            try:
-                state.apply(event)
-            finally:
-                state.cold.discard(run_id)
+            # A recall already read it into the run's history: the run must not count it
+            # twice.
+            state.apply_live(event)
         else:
             if through is not None and event.seq > through:
                 del self._recalled[run_id]  # delivered in seq order: none older will come

@@ -147,6 +147,19 @@ class Projection:
         if handler is not None:
             handler(event)
 
+    def apply_live(self, event: Event) -> None:
+        """Fold ``event`` into the live state only (in-flight calls, effect keys, cache),
+        not into its run's history (outcome index, counts): as for a cold run."""
+        run_id = event.run_id
+        if run_id in self.cold:
+            self.apply(event)
+            return
+        self.cold.add(run_id)
+        try:
+            self.apply(event)
+        finally:
+            self.cold.discard(run_id)
+
     def settle(self) -> None:
         """After replay: keys claimed by calls that never finished become ambiguous.
 
