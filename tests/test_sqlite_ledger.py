@@ -221,14 +221,22 @@ async def test_corrupt_file_is_refused(tmp_path: Path) -> None:
     await assert_refused(path, "corrupt")
 
 
-async def test_undecodable_payload_names_its_seq(tmp_path: Path) -> None:
-    """A payload that is no longer an event makes read() raise LedgerError naming the seq."""
+async def test_undecodable_payload_is_read_flagged_and_named_by_verify(tmp_path: Path) -> None:
+    """A payload that is no longer an event is read as a flagged placeholder at its seq (one
+    bad record never makes the ledger unreadable), and verify() names that seq."""
     path = tmp_path / "l.db"
     await fill(path, 3)
     query(path, "UPDATE events SET payload = ? WHERE seq = 2", b"\xff not json")
     async with SQLiteLedger(path) as ledger:
-        with pytest.raises(LedgerError, match="seq 2 cannot be decoded"):
-            await read_all(ledger)
+        events = await read_all(ledger)
+        verification = await ledger.verify()
+    assert [(e.seq, type(e).__name__, bool(e.malformed)) for e in events] == [
+        (1, "CallRequested", False),
+        (2, "UnknownEvent", True),
+        (3, "CallRequested", False),
+    ]
+    assert "not JSON" in events[1].malformed
+    assert (verification.ok, verification.first_bad_seq) == (False, 2)
 
 
 # -- tampering ------------------------------------------------------------------------

@@ -45,6 +45,8 @@ class StructlogHook:
         fields = msgspec.structs.asdict(event)
         fields.pop("prev", None)
         fields.pop("hash", None)
+        if not fields.get("malformed"):  # set only on a damaged record read back
+            fields.pop("malformed", None)
         tag = event.type
         method = "warning" if tag in self._WARN else self._level
         getattr(self._logger, method)(tag, **fields)

@@ -59,7 +59,8 @@ class CallRecord(msgspec.Struct, kw_only=True):
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
     """One violation: ``kind`` is ``unapproved``, ``ambiguous``, ``incomplete``,
-    ``multiple-outcomes`` or ``broken-chain``."""
+    ``multiple-outcomes``, ``broken-chain`` or ``malformed`` (a record that did not fit
+    its type: read with the fields it names at their defaults)."""
 
     kind: str
     message: str
@@ -74,6 +75,8 @@ class Audit(msgspec.Struct, kw_only=True):
     calls: dict[tuple[str, str], CallRecord]
     chain: Verification | None = None
     events: int = 0
+    #: records that did not fit their type (``Event.malformed`` set), in seq order
+    malformed: list[Event] = []
 
     def call(self, run_id: str, call_id: str) -> CallRecord:
         """The record of one call (KeyError when the ledger has none)."""
@@ -88,6 +91,16 @@ class Audit(msgspec.Struct, kw_only=True):
                     kind="broken-chain",
                     message=self.chain.reason or "the hash chain does not verify",
                     seq=self.chain.first_bad_seq,
+                )
+            )
+        for event in self.malformed:
+            found.append(
+                Problem(
+                    kind="malformed",
+                    message=f"seq {event.seq} ({event.type}) is malformed: {event.malformed}",
+                    run_id=event.run_id,
+                    call_id=event.call_id,
+                    seq=event.seq,
                 )
             )
         for record in self.calls.values():
@@ -149,6 +162,7 @@ def replay(events: Iterable[Event], verification: Verification | None = None) ->
     deleted or reordered event is found, an altered payload needs ``verify()``).
     """
     calls: dict[tuple[str, str], CallRecord] = {}
+    malformed: list[Event] = []
     count = 0
     expected_seq = 1
     prev = ""
@@ -172,6 +186,8 @@ def replay(events: Iterable[Event], verification: Verification | None = None) ->
                 )
             expected_seq = event.seq + 1
             prev = event.hash
+        if event.malformed:
+            malformed.append(event)
         if not event.call_id:
             continue
         key = (event.run_id, event.call_id)
@@ -216,4 +232,4 @@ def replay(events: Iterable[Event], verification: Verification | None = None) ->
     chain = verification if verification is not None else link_problem
     if chain is None:
         chain = Verification(ok=True, checked=count)
-    return Audit(calls=calls, chain=chain, events=count)
+    return Audit(calls=calls, chain=chain, events=count, malformed=malformed)

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from ._events import Event, encode_event
+from ._events import Event
+from ._recordable import payload as checked_payload
 
 __all__ = ["Record", "Verification", "chain_hash", "make_record", "verify_records"]
 
@@ -64,7 +65,10 @@ def chain_hash(seq: int, prev: str, payload: bytes, key: bytes | None = None) ->
 
 
 def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> Record:
-    """Encode ``event`` and chain it after ``prev``; sets the event's seq, prev and hash."""
+    """Encode ``event`` and chain it after ``prev``; sets the event's seq, prev and hash.
+
+    Raises ``UnrecordableEvent`` (nothing set) for an event that would not read back.
+    """
     # The payload is encoded with the chain fields at their defaults (left out), so the
     # stored bytes are the event alone and the chain binds them from outside. A new event
     # has them at their defaults already; only a re-appended one needs the reset.
@@ -72,7 +76,7 @@ def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> 
         event.seq = 0
         event.prev = ""
         event.hash = ""
-    payload = encode_event(event)
+    payload = checked_payload(event)
     if key is None:
         # chain_hash inlined: this runs once per appended event.
         digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()

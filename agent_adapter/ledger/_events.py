@@ -8,6 +8,7 @@ older ledgers keep decoding, and fields this version does not know are ignored o
 
 from __future__ import annotations
 
+import re
 from typing import Any, Union
 
 import msgspec
@@ -58,6 +59,10 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"):
     tool: str = ""
     prev: str = ""
     hash: str = ""
+    #: Set only when reading: why the stored record did not fit its type (the fields
+    #: named here were read as their defaults). Empty for every record written by this
+    #: version, which refuses such events (see ``_recordable``).
+    malformed: str = ""
 
     @property
     def type(self) -> str:
@@ -369,16 +374,58 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(data: bytes | str) -> Event:
-    """Decode one event; a type this version does not know becomes ``UnknownEvent``."""
+    """Decode one stored event; it never raises, so one bad record cannot make a ledger
+    unreadable.
+
+    A type this version does not know becomes ``UnknownEvent``. A record of a known type
+    whose fields do not fit it (a ``null`` where text is declared, written by an older
+    version or by hand) is read with those fields at their defaults and ``malformed``
+    saying which; a payload that is not a JSON object becomes an ``UnknownEvent`` with
+    ``malformed`` set. The audit reports both.
+    """
     try:
         return _decoder.decode(data)  # type: ignore[no-any-return]
-    except msgspec.ValidationError:
-        raw = msgspec.json.decode(data)
-        if not isinstance(raw, dict) or "type" not in raw or raw["type"] in _TAGS:
-            raise
-        known = {"seq", "ts", "run_id", "call_id", "tool", "prev", "hash"}
-        base = {k: raw[k] for k in known if k in raw}
-        extra = {k: v for k, v in raw.items() if k not in known and k != "type"}
-        return msgspec.convert(
-            {**base, "original_type": str(raw["type"]), "data": extra}, UnknownEvent
-        )
+    except msgspec.ValidationError as exc:
+        error = exc
+    except msgspec.DecodeError as exc:
+        return UnknownEvent(malformed=f"the payload is not JSON: {exc}")
+    raw = msgspec.json.decode(data)
+    if not isinstance(raw, dict):
+        return UnknownEvent(malformed=f"the payload is not an event: {error}")
+    base = {k: raw[k] for k in _BASE if k in raw}
+    tag = raw.get("type")
+    if not isinstance(tag, str) or tag not in _CLASSES:
+        if isinstance(tag, str):
+            extra = {k: v for k, v in raw.items() if k not in _BASE and k != "type"}
+            known = {"original_type": tag, "data": extra}
+            return _lenient(UnknownEvent, {**base, **known}, [])
+        return _lenient(UnknownEvent, base, [f"the payload has no event type ({error})"])
+    fields = {k: v for k, v in raw.items() if k != "type"}
+    return _lenient(_CLASSES[tag], fields, [])
+
+
+_BASE = ("seq", "ts", "run_id", "call_id", "tool", "prev", "hash")
+_CLASSES: dict[str, type[Event]] = {str(cls.__struct_config__.tag): cls for cls in _ALL}
+_AT = re.compile(r" - at `\$\.([^`.\[]+)")
+
+
+def _lenient(cls: type[Event], fields: dict[str, Any], notes: list[str]) -> Event:
+    """``cls`` from ``fields``, dropping each field that does not fit (noted) until it does."""
+    fields.pop("malformed", None)
+    while True:
+        try:
+            event = msgspec.convert(fields, cls)
+        except msgspec.ValidationError as exc:
+            at = _AT.search(str(exc))
+            if at is not None and at.group(1) in fields:
+                notes.append(f"{at.group(1)} was read as its default ({exc})")
+                del fields[at.group(1)]
+            elif fields:
+                notes.append(f"the record was read as an empty event ({exc})")
+                fields = {}
+            else:  # pragma: no cover - every event field has a default
+                raise
+            continue
+        if notes:
+            event.malformed = "; ".join(notes)
+        return event

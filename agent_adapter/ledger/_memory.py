@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
-from ._events import Event, _encoder, decode_event
+from ._events import Event, decode_event
+from ._recordable import payload as checked_payload
 
 __all__ = ["MemoryLedger"]
 
@@ -28,58 +29,74 @@ class MemoryLedger:
         """The stored records, in seq order (the list itself: tests may tamper with it)."""
         return self._records
 
-    def _append(self, event: Event) -> Event:
-        record = make_record(event, len(self._records) + 1, self._last_hash, self._key)
-        self._records.append(record)
-        self._last_hash = record.hash
+    async def append(self, event: Event) -> Event:
+        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set.
+
+        Raises ``UnrecordableEvent`` (nothing stored) for an event that would not read back.
+        """
+        await self.append_many((event,))
         return event
 
-    async def append(self, event: Event) -> Event:
-        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set."""
-        return self._append(event)
-
     async def append_many(self, events: Sequence[Event]) -> list[Event]:
-        """Store ``events`` contiguously, in order."""
+        """Store ``events`` contiguously, in order: all of them, or none (``UnrecordableEvent``)."""
         if self._key is not None:
-            return [self._append(event) for event in events]
+            records = []
+            seq, prev = len(self._records), self._last_hash
+            try:
+                for event in events:
+                    seq += 1
+                    record = make_record(event, seq, prev, self._key)
+                    records.append(record)
+                    prev = record.hash
+            except Exception:
+                _unchain(events)
+                raise
+            self._records.extend(records)
+            self._last_hash = prev
+            return list(events)
         # make_record inlined for the unkeyed chain (the executor's per-call path appends
         # 2-4 events at a time): the same payload, hash and Record, with the lookups
-        # hoisted out of the loop. No await inside: the chain stays gap-free.
-        records = self._records
-        store = records.append
-        encode = _encoder.encode
+        # hoisted out of the loop. No await inside: the chain stays gap-free. The records
+        # are stored once all of them are built: a refused event leaves nothing behind.
         tags = _TAGS
-        seq = len(records)
+        seq = len(self._records)
         prev = self._last_hash
-        for event in events:
-            if event.seq or event.prev or event.hash:
-                event.seq = 0
-                event.prev = ""
-                event.hash = ""
-            payload = encode(event)
-            seq += 1
-            digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()
-            event.seq = seq
-            event.prev = prev
-            event.hash = digest
-            cls = type(event)
-            tag = tags.get(cls)
-            if tag is None:
-                tag = tags[cls] = event.type
-            store(
-                Record(
-                    seq=seq,
-                    type=tag,
-                    run_id=event.run_id,
-                    call_id=event.call_id,
-                    tool=event.tool,
-                    ts=event.ts,
-                    payload=payload,
-                    prev=prev,
-                    hash=digest,
+        built: list[Record] = []
+        keep = built.append
+        try:
+            for event in events:
+                if event.seq or event.prev or event.hash:
+                    event.seq = 0
+                    event.prev = ""
+                    event.hash = ""
+                payload = checked_payload(event)
+                seq += 1
+                digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()
+                event.seq = seq
+                event.prev = prev
+                event.hash = digest
+                cls = type(event)
+                tag = tags.get(cls)
+                if tag is None:
+                    tag = tags[cls] = event.type
+                keep(
+                    Record(
+                        seq=seq,
+                        type=tag,
+                        run_id=event.run_id,
+                        call_id=event.call_id,
+                        tool=event.tool,
+                        ts=event.ts,
+                        payload=payload,
+                        prev=prev,
+                        hash=digest,
+                    )
                 )
-            )
-            prev = digest
+                prev = digest
+        except Exception:
+            _unchain(events)
+            raise
+        self._records.extend(built)
         self._last_hash = prev
         return list(events)
 
@@ -106,3 +123,9 @@ class MemoryLedger:
     async def close(self) -> None:
         """Nothing to release; present for the protocol."""
         self._closed = True
+
+
+def _unchain(events: Sequence[Event]) -> None:
+    # A refused batch: none of it is stored, so none of it keeps a seq or hash.
+    for event in events:
+        event.seq, event.prev, event.hash = 0, "", ""

@@ -32,6 +32,7 @@ from ..errors import LedgerError
 from ._chain import chain_hash, make_record
 from ._events import Event
 from ._follow import Follow
+from ._recordable import UnrecordableEvent
 from ._sqlite_files import (
     _SNAPSHOT_TRIES,
     _Changed,
@@ -358,7 +359,12 @@ class _Writer(_Worker):
                     link = record.hash
             except Exception as exc:
                 # Only this caller's events are refused; the others still commit.
-                batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
+                if isinstance(exc, UnrecordableEvent):
+                    batch.error = UnrecordableEvent(f"ledger {self._path}: {exc}", exc.event)
+                else:
+                    batch.error = LedgerError(
+                        f"ledger {self._path}: cannot encode an event: {exc}"
+                    )
                 batch.error.__cause__ = exc
                 _unchain(batch.events)
                 continue
