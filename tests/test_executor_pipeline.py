@@ -516,11 +516,14 @@ async def test_current_call_inside_body_guards_and_hooks(
         body.effect_key,
         body.spec is ship,
     ) == ("ship", {"order_id": "A1"}, digest({"order_id": "A1"}), "r1", "c1", "ship:A1", True)
-    assert (seen["guard"].effect_key, seen["hook"].digest, current_call()) == (
-        None,
+    # The key is rendered right after validation: guards and hooks see the key the call
+    # will claim (issue 10, item 8; it was None before step 8).
+    assert (seen["guard"].effect_key, seen["hook"].effect_key, seen["hook"].digest) == (
+        "ship:A1",
+        "ship:A1",
         body.digest,
-        None,
     )
+    assert current_call() is None
 
 
 async def test_call_looks_the_tool_up_and_makes_ids(

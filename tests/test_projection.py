@@ -81,7 +81,9 @@ async def workload(executor: Executor, rule_entered: asyncio.Event) -> list[str]
         ("r2", "c9", "quote", {"sku": "abc"}, None),  # cached
         ("r2", "c10", "quote", {"sku": "q"}, None),  # run limit
         ("r2", "c11", "pay", {"ref": "x"}, None),  # invalid
-        ("r1", "c12", "broken", {"x": 1}, None),  # effect key cannot render, counted
+        # The effect key cannot render: refused right after validation (where keys are
+        # rendered, so checks see them), before the limit check: not counted.
+        ("r1", "c12", "broken", {"x": 1}, None),
     ]
     results = []
     for run_id, call_id, tool, args, approval in plan:
@@ -125,10 +127,9 @@ async def test_open_rebuilds_the_projections_identically(clock: Any) -> None:
     reopened = await Executor.open(registry, ledger=ledger, limits=LIMITS, clock=clock)
     assert snapshot(reopened) == snapshot(live)
     assert (live.state.run_calls, live.state.tool_calls) == (
-        {"r1": 5, "r2": 5, "r3": 1},
+        {"r1": 4, "r2": 5, "r3": 1},
         {
             ("r1", "pay"): 4,
-            ("r1", "broken"): 1,
             ("r2", "pay"): 3,
             ("r2", "quote"): 2,
             ("r3", "pay"): 1,
@@ -150,7 +151,10 @@ async def test_reopened_executor_behaves_like_the_old_one(clock: Any) -> None:
     async def answers(executor: Executor) -> list[str]:
         out = []
         for run_id, call_id, tool, args in [
-            ("r1", "n1", "quote", {"sku": "zz"}),  # r1 is at max_calls
+            # r1 has 4 calls counted (the broken effect key is refused before its limit
+            # check): one more fits, then r1 is at max_calls.
+            ("r1", "n0", "quote", {"sku": "zz"}),
+            ("r1", "n1", "quote", {"sku": "yy"}),
             ("r3", "n2", "pay", {"ref": "a", "amount": 5}),  # committed key
             ("r3", "n3", "pay", {"ref": "b", "amount": 1}),  # ambiguous key
             ("r3", "n4", "quote", {"sku": "abc"}),  # cached
@@ -163,6 +167,7 @@ async def test_reopened_executor_behaves_like_the_old_one(clock: Any) -> None:
         return out
 
     expected = [
+        "2",
         "run-limit-exceeded",
         "duplicate-effect",
         "ambiguous-effect",

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
 from ..errors import ApprovalPending, ToolUsageError
 from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
+from ..ledger._recordable import recordable, text
 from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
@@ -60,6 +61,35 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     edits: dict[str, Any] | None = None
     digest: str | None = None
+
+    def __post_init__(self) -> None:
+        # Recorded as approval events: normalised (None -> "") or refused here, so that a
+        # decision can never make the ledger unreadable.
+        if type(self.approved) is not bool:
+            raise ToolUsageError(
+                f"Decision.approved must be True or False, not {type(self.approved).__name__}"
+            )
+        for name in ("reviewer", "reason"):
+            value = getattr(self, name)
+            if value is None:
+                _set(self, name, "")
+            elif not isinstance(value, str):
+                raise ToolUsageError(f"Decision.{name} must be text, not {type(value).__name__}")
+            elif type(value) is not str or not value.isascii():
+                _set(self, name, text(str(value)))
+        edits = self.edits
+        if edits is not None:
+            if not isinstance(edits, Mapping):
+                raise ToolUsageError(
+                    f"Decision.edits must be a mapping of arguments, not {type(edits).__name__}"
+                )
+            if type(edits) is not dict:
+                _set(self, "edits", dict(edits))
+        if self.digest is not None and not isinstance(self.digest, str):
+            raise ToolUsageError(f"Decision.digest must be text, not {type(self.digest).__name__}")
+
+
+_set = msgspec.structs.force_setattr
 
 
 @runtime_checkable
@@ -239,8 +269,17 @@ class DeferredApproval:
         Raises ToolUsageError for an unknown request id or one already answered, also
         when another process's answer lands first (the first in ledger order counts).
         """
+        # The same rules as a Decision's (and the same errors): nothing unrecordable is
+        # appended, and a refused answer records nothing.
+        decision = Decision(approved=approved, reviewer=reviewer, reason=reason, edits=edits)
+        reviewer, reason, edits = decision.reviewer, decision.reason, decision.edits
         if not reviewer:
             raise ToolUsageError("a decision needs a reviewer name")
+        if edits is not None and recordable(edits) is not edits:
+            raise ToolUsageError(
+                "the edits cannot be recorded as JSON (text that is not valid Unicode, "
+                "nesting too deep, or values that are not JSON); nothing was recorded"
+            )
         async with self._lock:
             await self._catch_up()
             held = self._requests.get(request_id)

@@ -20,6 +20,7 @@ from ..ledger._events import (
     CallValidated,
     Event,
 )
+from ..ledger._recordable import recordable
 from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
 from ._redaction import restored
@@ -132,7 +133,9 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             edited, edited_digest = _validated(run.spec, edits)
         except ToolArgsInvalid as exc:
             raise _Stop(self._invalid(run, f"edited {exc}"), exc) from None
-        call = msgspec.structs.replace(call, args=edited, digest=edited_digest)
+        call = msgspec.structs.replace(
+            call, args=edited, digest=edited_digest, effect_key=self._render(run, edited)
+        )
         run.call = call
         _current.set(call)
     # The projection does not fold approval.granted (Projection.apply ignores it): only
@@ -253,20 +256,19 @@ async def refuse(
         return False
     clock = self._clock
     run = _Run(spec, ctx, clock())
-    self._emit(
-        run,
-        CallRequested(
-            ts=run.t0,
-            run_id=ctx.run_id,
-            call_id=ctx.call_id,
-            tool=spec.name,
-            args=self._requested_args(spec, args),
-            metadata=ctx.metadata,
-        ),
+    requested = CallRequested(
+        ts=run.t0,
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=spec.name,
+        args=self._requested_args(spec, args),
+        metadata=ctx.metadata,
     )
+    self._emit(run, requested)
     try:
         _args, call_digest = _validated(spec, args)
     except ToolArgsInvalid as exc:
+        requested.args = recordable(requested.args)  # (as in run_spec)
         await self._end(run, self._invalid(run, str(exc)), error=exc)
         return True
     request_id = os.urandom(16).hex()

@@ -14,6 +14,7 @@ from ..ledger._events import (
     GuardChecked,
     GuardVerdict,
 )
+from ..ledger._recordable import text
 from ._context import Call
 from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop
 
@@ -32,7 +33,7 @@ def _invalid(self: Executor, run: _Run, message: str) -> Event:
         call_id=run.ctx.call_id,
         tool=run.spec.name,
         duration_ms=(now - run.t0) * 1000.0,
-        error=message,
+        error=text(message),
     )
 
 

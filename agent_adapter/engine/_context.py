@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import msgspec
+
+from ..errors import ToolUsageError
+from ..ledger._recordable import recordable, text
 
 __all__ = ["Call", "CallContext", "Outcome", "current_call"]
 
@@ -23,12 +27,37 @@ class CallContext(msgspec.Struct, kw_only=True):
     approval: Any = None
     metadata: dict[str, Any] = {}
 
+    def __post_init__(self) -> None:
+        # The ids and metadata go into every event of the call: checked here, once, so
+        # that no event can be refused by the ledger later (or, worse, be unreadable).
+        run_id, call_id = self.run_id, self.call_id
+        if type(run_id) is not str or not run_id.isascii():
+            self.run_id = _id_text(run_id, "run_id")
+        if type(call_id) is not str or not call_id.isascii():
+            self.call_id = _id_text(call_id, "call_id")
+        if self.metadata:
+            metadata = self.metadata
+            if not isinstance(metadata, Mapping):
+                raise ToolUsageError(
+                    f"CallContext.metadata must be a mapping, not {type(metadata).__name__}"
+                )
+            self.metadata = recordable({str(k): v for k, v in metadata.items()})
+        elif type(self.metadata) is not dict:
+            self.metadata = {}
+
+
+def _id_text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ToolUsageError(f"CallContext.{name} must be text, not {type(value).__name__}")
+    return text(str(value))
+
 
 class Call(msgspec.Struct, frozen=True, kw_only=True):
     """A validated call, as confirm rules, guards and hooks see it.
 
     ``args`` are the validated arguments with defaults applied (after an approved edit,
-    the edited ones); ``digest`` is theirs; ``effect_key`` is set from step 8 on.
+    the edited ones); ``digest`` is theirs; ``effect_key`` is the key the call will
+    claim (rendered right after validation, and again after an edit).
     """
 
     tool: str

@@ -2,25 +2,49 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AmbiguousEffect, DuplicateEffect, ToolUsageError
 from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
+from ..ledger._recordable import text
 from ._context import Call
 from ._run import _Run, _Stop
 
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_Stale", "_ambiguous", "_claim", "ambiguous_effects", "resolve_effect"]
+__all__ = ["_Stale", "_ambiguous", "_claim", "_render", "ambiguous_effects", "resolve_effect"]
 
 
 class _Stale(Exception):
     """Internal: the key is claimed by another process as of our last news of it."""
 
 
+def _render(self: Executor, run: _Run, args: dict[str, Any]) -> str | None:
+    """The effect key of ``args`` (None for a tool without one), rendered right after
+    validation (and again after an edit), so that confirm rules, guards and hooks see
+    the key the call will claim. A template that cannot be rendered ends the call with
+    ``call.failed`` (ToolUsageError)."""
+    spec = run.spec
+    if spec.effect is None:
+        return None
+    try:
+        key = spec.effect_key(args)
+        if not isinstance(key, str):
+            raise TypeError(f"it is {type(key).__name__}, not text")
+    except Exception as exc:
+        error = ToolUsageError(f"effect key of {spec.name} cannot be rendered: {exc}")
+        failed = self._failed(run, error)
+        # The call passed the limit check with no counting event since: say so, so
+        # that replay counts it as the live executor did.
+        inflight = self.state.inflight.get(run.key)
+        failed.counted = inflight is not None and inflight.counted
+        raise _Stop(failed, error) from None
+    return text(key)
+
+
 def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
-    """Step 8: claim the rendered effect key (``effect.claimed``) and return it.
+    """Step 8: claim the call's effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
     by a call with no outcome with ``call.ambiguous`` (AmbiguousEffect); neither runs.
@@ -29,15 +53,7 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
     since), so the caller catches up with the ledger and asks again.
     """
     spec = run.spec
-    try:
-        key = spec.effect_key(call.args)
-    except Exception as exc:
-        error = ToolUsageError(f"effect key of {spec.name} cannot be rendered: {exc}")
-        failed = self._failed(run, error)
-        # The call passed the limit check with no counting event since: say so, so
-        # that replay counts it as the live executor did.
-        failed.counted = self.state.inflight[run.key].counted
-        raise _Stop(failed, error) from None
+    key = call.effect_key
     assert key is not None
     state = self.state.effects.get(key)
     ctx = run.ctx
@@ -121,8 +137,11 @@ async def resolve_effect(
     """
     if outcome not in ("committed", "failed"):
         raise ToolUsageError('outcome must be "committed" or "failed"')
-    if not reviewer:
+    if not isinstance(reviewer, str) or not reviewer:
         raise ToolUsageError("resolving an effect needs a reviewer name")
+    if reason is not None and not isinstance(reason, str):
+        raise ToolUsageError(f"reason must be text, not {type(reason).__name__}")
+    reviewer, reason = text(reviewer), text(reason or "")
     if not self._started:
         await self._ensure_started()
     state = self.state.effects.get(key)
@@ -143,7 +162,7 @@ async def resolve_effect(
                 key=key,
                 outcome=outcome,
                 reviewer=reviewer,
-                reason=reason or "",
+                reason=reason,
             )
         ]
     )

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 _CLAIM_EVENTS = (EffectClaimed, CallStarted)
+_CONTAINERS = (dict, list)
+_encode = msgspec.json.encode
 
 
 def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) -> Call:
@@ -55,7 +57,7 @@ def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) ->
     try:
         data = canonical(call.args)
         same = sha256(data).hexdigest() == call.digest
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         same = False
     if not same:
         error = ToolUsageError(
@@ -172,9 +174,6 @@ def _unclaim(
         state.tool_calls[(run_id, tool)] -= 1
     run.started = False
     run.buffer = [e for e in events if not isinstance(e, _CLAIM_EVENTS)]
-    call = msgspec.structs.replace(call, effect_key=None)
-    run.call = call
-    _current.set(call)
     return call
 
 
@@ -222,9 +221,6 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                     await catch_up()
                 continue
             before = (inflight, counted, self.state.effects.get(effect_key))
-            call = msgspec.structs.replace(call, effect_key=effect_key)
-            run.call = call
-            _current.set(call)
         started = CallStarted(
             ts=clock(),
             run_id=ctx.run_id,
@@ -298,7 +294,15 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         )
     try:
         builtins = msgspec.to_builtins(result)
-    except (TypeError, ValueError, OverflowError) as exc:
+        if type(builtins) is str:
+            if not builtins.isascii():
+                builtins.encode("utf-8")  # a lone surrogate cannot be stored
+        elif isinstance(builtins, _CONTAINERS):
+            # Encoded once here so that a value the ledger cannot store (a lone
+            # surrogate, nesting past the encoder's limit) ends the call as a failure
+            # (with its effect key ambiguous: the body ran) rather than with no outcome.
+            _encode(builtins)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         error = ToolFailed(f"{spec.name} returned a value that cannot be encoded: {exc}")
         error.__cause__ = exc
         raise _Stop(self._failed(run, error), error) from None

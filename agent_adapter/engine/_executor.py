@@ -35,6 +35,7 @@ from ..ledger._events import (
 )
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
+from ..ledger._recordable import recordable, text
 from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
@@ -72,6 +73,7 @@ class Executor:
     _port_records = _approving._port_records
     refuse = _approving.refuse
     _claim = _effects._claim
+    _render = _effects._render
     _execute = _executing._execute
     _timed = _executing._timed
     _in_thread = _executing._in_thread
@@ -287,7 +289,7 @@ class Executor:
             tool=about.tool,
             hook=name,
             stage=stage,
-            error=f"{type(exc).__name__}: {exc}",
+            error=text(f"{type(exc).__name__}: {exc}"),
         )
         await self.ledger.append(failed)
         for queue in self._subscribers:
@@ -363,6 +365,10 @@ class Executor:
             try:
                 validated, call_digest = _validated(spec, args)
             except ToolArgsInvalid as exc:
+                # Arguments that do not validate may not encode either (a dict holding a
+                # lone surrogate, nesting too deep): recorded as an encodable copy, so the
+                # call still gets its one outcome.
+                requested.args = recordable(requested.args)
                 raise _Stop(self._invalid(run, str(exc)), exc) from None
             validated_event = CallValidated(
                 ts=clock(),
@@ -373,7 +379,14 @@ class Executor:
             )
             state._validated(validated_event)
             run.buffer.append(validated_event)
-            call = Call(tool=spec.name, spec=spec, args=validated, digest=call_digest, ctx=ctx)
+            call = Call(
+                tool=spec.name,
+                spec=spec,
+                args=validated,
+                digest=call_digest,
+                ctx=ctx,
+                effect_key=None if spec.effect is None else self._render(run, validated),
+            )
             run.call = call
             token = _current.set(call)
             # Steps 3-6 are awaited only when they have something to do for this call
@@ -440,14 +453,16 @@ class Executor:
         if isinstance(args, dict) or not spec.redact:
             if isinstance(args, _BINARY):
                 return bytes(args).decode("utf-8", "replace")
+            if isinstance(args, str) and not args.isascii():
+                return text(args)  # (a lone surrogate: recorded as its escape)
             return redacted(args, spec.redact)
         if not isinstance(args, _TEXT):
             return args
         try:
-            parsed = msgspec.json.decode(args)
-        except msgspec.DecodeError:
+            return redacted(msgspec.json.decode(args), spec.redact)
+        except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+            # (Nesting too deep, or a lone surrogate: validation refuses the text too.)
             return "[redacted: unparsable arguments]"
-        return redacted(parsed, spec.redact)
 
     def _failed(self, run: _Run, error: AdapterError) -> CallFailed:
         now = self._clock()

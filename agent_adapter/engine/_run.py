@@ -13,6 +13,7 @@ import msgspec
 
 from ..errors import ToolArgsInvalid
 from ..ledger._events import Event
+from ..ledger._recordable import text
 from ._context import Call, CallContext
 from ._digest import canonical
 from ._redaction import _fields, values_at
@@ -33,7 +34,9 @@ def _new_id(kind: str) -> str:
 
 def _name_of(obj: Any) -> str:
     """How a hook or guard is named in events: its ``name``, ``__name__`` or class name."""
-    return str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
+    return text(
+        str(getattr(obj, "name", None) or getattr(obj, "__name__", None) or type(obj).__name__)
+    )
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -53,7 +56,7 @@ def _validated(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
     validated = spec.validate(args)
     try:
         data = canonical(validated)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise ToolArgsInvalid(f"arguments for {spec.name} are not JSON values: {exc}") from None
     # Text first: an isinstance against the Mapping ABC costs ~250 ns for a str.
     if not isinstance(args, _TEXT) and isinstance(args, Mapping):
@@ -101,22 +104,23 @@ def _secrets(value: Any) -> list[str]:
     return [*shown, str(as_json)]
 
 
-def _scrub(text: str, run: _Run) -> str:
-    """``text`` with the values of the spec's redacted arguments replaced, for the ledger.
+def _scrub(message: str, run: _Run) -> str:
+    """``message`` with the values of the spec's redacted arguments replaced, for the ledger.
 
     Error messages (a tool's exception, a guard's reason, a hook's failure) often quote
     the value that caused them, as ``str`` or ``repr``, whole or a part of a container;
     a redacted value must not reach an event that way. Longer texts go first, so a
-    value's repr is replaced before its bare str.
+    value's repr is replaced before its bare str. The result is text every ledger can
+    store (``_recordable.text``).
     """
     names = run.spec.redact
     call = run.call
     if not names or call is None:
-        return text
+        return text(message)
     found = {t for value in values_at(call.args, names) for t in _secrets(value) if t}
     for shown in sorted(found, key=len, reverse=True):
-        text = text.replace(shown, "[redacted]")
-    return text
+        message = message.replace(shown, "[redacted]")
+    return text(message)
 
 
 class _Stop(Exception):

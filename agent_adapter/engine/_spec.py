@@ -168,7 +168,14 @@ class ToolSpec:
         missing or unknown fields, more than 1 MiB, or nesting deeper than 64 levels.
         """
         if isinstance(args, _TEXT):
-            raw = args.encode() if isinstance(args, str) else bytes(args)
+            try:
+                raw = args.encode() if isinstance(args, str) else bytes(args)
+            except UnicodeEncodeError as exc:
+                # A lone surrogate: no JSON parser can read it, and no ledger can store it.
+                raise ToolArgsInvalid(
+                    f"arguments for {self.name} are not valid text: {exc.reason} at "
+                    f"character {exc.start}"
+                ) from None
             if len(raw) > MAX_ARGS_BYTES:
                 raise ToolArgsInvalid(
                     f"arguments for {self.name} are {len(raw)} bytes, over the "
@@ -201,6 +208,10 @@ class ToolSpec:
                 obj = msgspec.convert(args, self.args_type, strict=True)
             except msgspec.ValidationError as exc:
                 raise self._invalid(str(exc)) from None
+            except UnicodeEncodeError as exc:  # a key holding a lone surrogate
+                raise ToolArgsInvalid(
+                    f"arguments for {self.name} are not valid text: {exc.reason}"
+                ) from None
             return msgspec.structs.asdict(obj)
         return self._validate_schema(dict(args))
 
