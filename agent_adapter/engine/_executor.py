@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ import msgspec
 
 from ..errors import (
     AdapterError,
+    LedgerError,
     ToolArgsInvalid,
     ToolUsageError,
 )
@@ -45,6 +47,8 @@ from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
 
 __all__ = ["Executor", "get_default_executor"]
+
+_log = logging.getLogger("agent_adapter")
 
 # Tuples, not ``A | B`` unions: a union is built anew each time the expression runs, and
 # _requested_args runs on every call.
@@ -141,19 +145,34 @@ class Executor:
     # -- lifecycle ----------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, registry: Registry | None = None, **kwargs: Any) -> Executor:
-        """Build an executor and replay its ledger into the projections first."""
+    async def open(
+        cls, registry: Registry | None = None, *, verify: bool = False, **kwargs: Any
+    ) -> Executor:
+        """Build an executor and replay its ledger into the projections first.
+
+        With ``verify=True`` the ledger's own ``verify()`` runs too, and a ledger that is
+        not intact (a record missing, altered or malformed) is refused with LedgerError.
+        """
         executor = cls(registry, **kwargs)
-        await executor.start()
+        try:
+            await executor.start(verify=verify)
+        except BaseException:
+            await executor.close()  # refused (or failed): its ledger is not left open
+            raise
         return executor
 
-    async def start(self) -> None:
+    async def start(self, *, verify: bool = False) -> None:
         """Replay the ledger: limits, cache, effect keys and the outcome index come back.
 
         Calls that started and never finished (the process died) make their effect keys
         ambiguous and their ids refuse to run again. Call it before making calls: the
         projections are rebuilt from the whole ledger, so calls this executor already made
         are folded once (never on top of the live state, which would count them twice).
+
+        As the events pass, their seqs and links are checked: a record deleted, inserted
+        or re-chained, or one that did not fit its type (``Event.malformed``), is logged
+        as a warning on the ``agent_adapter`` logger, and the executor opens. With
+        ``verify=True`` (see ``open``) it refuses instead, and every hash is checked.
         """
         if self._started:
             return
@@ -171,9 +190,45 @@ class Executor:
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
             last = 0
+            link = ""
+            broken = ""
+            malformed: list[int] = []
             async for event in self.ledger.read():
                 apply(event)
+                # The chain as it passes (no hashing: verify=True does that): seqs
+                # without gaps, each record linked to the one before it.
+                if not broken and (event.seq != last + 1 or event.prev != link):
+                    broken = (
+                        f"seq {last + 1} is missing (the next record is seq {event.seq})"
+                        if event.seq != last + 1
+                        else f"seq {event.seq} does not link to the record before it"
+                    )
+                if event.malformed:
+                    malformed.append(event.seq)
                 last = event.seq
+                link = event.hash
+            problems = [broken] if broken else []
+            if malformed:
+                problems.append(
+                    f"{len(malformed)} malformed record(s), first seq {malformed[0]} "
+                    "(read with fields at their defaults)"
+                )
+            if verify:
+                verification = await self.ledger.verify()
+                if not verification.ok:
+                    problems.insert(0, verification.reason or "the chain does not verify")
+                if problems:
+                    raise LedgerError(
+                        f"ledger {self.ledger!r} is not intact: {'; '.join(problems)}; the "
+                        "executor was not opened (see agent-adapter ledger audit)"
+                    )
+            elif problems:
+                _log.warning(
+                    "ledger %r is not intact: %s; opened anyway (Executor.open(..., "
+                    "verify=True) refuses such a ledger; see agent-adapter ledger audit)",
+                    self.ledger,
+                    "; ".join(problems),
+                )
             state.settle()
             self.state = state
             follow = getattr(self.ledger, "follow", None)
