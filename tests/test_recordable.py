@@ -82,9 +82,7 @@ async def read_back(ledger: Any, registry: Registry) -> Any:
             counts[(event.run_id, event.call_id)] = counts.get((event.run_id, event.call_id), 0) + 1
     assert set(counts.values()) <= {1}, counts
     reopened = await reopen(ledger, registry)
-    assert reopened.state.outcomes.keys() == {
-        (e.run_id, e.call_id) for e in events if e.is_outcome
-    }
+    assert reopened.state.outcomes.keys() == {(e.run_id, e.call_id) for e in events if e.is_outcome}
     await reopened.close()
     return audit
 
@@ -162,7 +160,7 @@ async def test_a_port_returning_a_badly_typed_decision_denies(ledger: Any) -> No
 
     port = CallbackApproval(lambda r: Decision(approved=True, reviewer=42))  # type: ignore[arg-type]
     executor = Executor(registry, ledger=ledger, approval=port)
-    with pytest.raises(ApprovalDenied, match="Decision.reviewer must be text"):
+    with pytest.raises(ApprovalDenied, match=r"Decision\.reviewer must be text"):
         await executor.call("refund", {"order_id": "A1"}, run_id="r1", call_id="c1")
     await read_back(ledger, registry)
 

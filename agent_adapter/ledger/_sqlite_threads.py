@@ -362,9 +362,7 @@ class _Writer(_Worker):
                 if isinstance(exc, UnrecordableEvent):
                     batch.error = UnrecordableEvent(f"ledger {self._path}: {exc}", exc.event)
                 else:
-                    batch.error = LedgerError(
-                        f"ledger {self._path}: cannot encode an event: {exc}"
-                    )
+                    batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
                 batch.error.__cause__ = exc
                 _unchain(batch.events)
                 continue
