@@ -44,18 +44,23 @@ def tool_schema(spec: ToolSpec, *, strict: bool) -> tuple[dict[str, Any], bool]:
     """The parameters schema and whether it is strict.
 
     Strict only where the engine finds the schema portable and the SDK's own conversion
-    accepts it without closing an open object; otherwise the full schema, non-strict,
+    leaves the engine's strict form exactly as it is (so the model is shown that schema,
+    no open object closed, nothing else rewritten); otherwise the full schema, non-strict,
     never a silently narrowed one.
     """
     if strict:
         candidate = spec.strict_schema()
         if candidate is not None:
             try:
-                ensure_strict_json_schema(copy.deepcopy(candidate), _reject_open_objects=True)
+                # The SDK converts a copy again in FunctionTool.__post_init__; a fixed point
+                # here means what it sends is what the engine built. (Its own
+                # ``_reject_open_objects`` flag refuses every ``$ref``, i.e. every tool
+                # with a nested Struct or dataclass, though its $defs are converted too.)
+                converted = ensure_strict_json_schema(copy.deepcopy(candidate))
             except (UserError, ValueError, TypeError):
-                candidate = None
-        if candidate is not None:
-            return candidate, True
+                converted = None
+            if converted == candidate:
+                return candidate, True
     return copy.deepcopy(spec.json_schema), False
 
 
