@@ -5,22 +5,34 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from agents import FunctionTool
-from agents.exceptions import UserError
-from agents.strict_schema import ensure_strict_json_schema
-from agents.tool import set_function_tool_failure_error_function
-from agents.tool_context import ToolContext
 
 from ...engine import Call, CallContext, Executor, Registry, ToolSpec, digest, get_default_executor
 from ...errors import AdapterError, ToolArgsInvalid
-from ._compat import check_sdk
+from ._compat import check_sdk, sdk_name
 from ._errors import encode_output, error_output, model_visible
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, run_id_for
 
 __all__ = ["Export", "export_of", "function_tool", "function_tools", "tool_schema"]
+
+# Through sdk_name, never ``from agents... import``: an SDK without one of these still
+# imports the bridge, and exporting raises IntegrationError naming it (check_sdk).
+if TYPE_CHECKING:
+    from agents import FunctionTool
+    from agents.exceptions import UserError
+    from agents.strict_schema import ensure_strict_json_schema
+    from agents.tool import set_function_tool_failure_error_function
+    from agents.tool_context import ToolContext
+else:
+    FunctionTool = sdk_name("agents", "FunctionTool")
+    UserError = sdk_name("agents.exceptions", "UserError")
+    ensure_strict_json_schema = sdk_name("agents.strict_schema", "ensure_strict_json_schema")
+    set_function_tool_failure_error_function = sdk_name(
+        "agents.tool", "set_function_tool_failure_error_function"
+    )
+    ToolContext = sdk_name("agents.tool_context", "ToolContext")
 
 _ATTR = "_agent_adapter_export"
 _encode = msgspec.json.Encoder().encode
