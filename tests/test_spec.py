@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from agent_adapter import Registry, ToolSpec
-from agent_adapter.engine import MAX_ARGS_BYTES, MAX_ARGS_DEPTH
+from agent_adapter.engine import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, digest
 from agent_adapter.errors import ToolArgsInvalid, ToolUsageError
 
 
@@ -321,16 +321,151 @@ def test_strict_schema_of_a_portable_signature() -> None:
 
 def _f_open(data: dict) -> None: ...  # type: ignore[type-arg]
 def _f_map(data: dict[str, int]) -> None: ...
-def _f_default(n: int = 3) -> None: ...
 def _f_tuple(pair: tuple[int, str]) -> None: ...
 def _f_any(x: Any) -> None: ...
+def _f_inf(x: float = float("inf")) -> None: ...
+def _f_none_not_nullable(note: str = None) -> None: ...  # type: ignore[assignment]  # noqa: RUF013
+def _f_refused_default(n: Annotated[int, msgspec.Meta(ge=1)] = 0) -> None: ...
 
 
-@pytest.mark.parametrize("fn", [_f_open, _f_map, _f_default, _f_tuple, _f_any])
+@dataclasses.dataclass
+class _Stamped:
+    id: str = dataclasses.field(default_factory=lambda: "fresh")  # no default in the schema
+
+
+def _f_factory(s: _Stamped) -> None: ...
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_f_open, _f_map, _f_tuple, _f_any, _f_inf, _f_none_not_nullable, _f_refused_default,
+     _f_factory],
+)  # fmt: skip
 def test_strict_schema_is_none_when_not_portable(fn: Any) -> None:
-    """Open objects, maps, optional fields with a non-null default, tuples and Any give None."""
+    """Open objects, maps, tuples, Any, and defaults the model could not send give None.
+
+    A default is unsendable when JSON cannot carry it (infinity), when it is null for a
+    field that refuses null, when the field's own schema refuses it, or when the schema
+    shows none (a default_factory msgspec cannot describe).
+    """
     registry = Registry()
     assert registry.tool(fn).strict_schema() is None
+
+
+class Parcel(msgspec.Struct, forbid_unknown_fields=True):
+    """A parcel; its service level has a default."""
+
+    weight_g: int
+    service: str = "standard"
+
+
+@dataclasses.dataclass
+class Label:
+    text: str
+    copies: int = 1
+
+
+def test_defaulted_fields_are_required_with_their_default_kept() -> None:
+    """As the SDK's @function_tool: every field required, a real default kept, a null one dropped.
+
+    Nested Structs and dataclasses are treated alike (msgspec fills their defaults too).
+    """
+    registry = Registry()
+
+    @registry.tool
+    def ship(
+        order_id: str,
+        quantity: int,
+        express: bool = False,
+        note: str | None = None,
+        parcel: Parcel | None = None,
+        label: Label = Label("fragile"),  # noqa: B008 - read, never mutated
+        color: Color = Color.RED,
+    ) -> str:
+        return ""
+
+    assert ship.strict_schema() == {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string"},
+            "quantity": {"type": "integer"},
+            "express": {"type": "boolean", "default": False},
+            "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "parcel": {"anyOf": [{"$ref": "#/$defs/Parcel"}, {"type": "null"}]},
+            # A $ref beside a default is inlined, as the SDK does.
+            "label": {
+                "title": "Label",
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "copies": {"type": "integer", "default": 1},
+                },
+                "required": ["text", "copies"],
+                "additionalProperties": False,
+                "default": {"text": "fragile", "copies": 1},
+            },
+            "color": {"title": "Color", "enum": ["blue", "red"], "default": "red"},
+        },
+        "required": ["order_id", "quantity", "express", "note", "parcel", "label", "color"],
+        "additionalProperties": False,
+        "$defs": {
+            "Color": {"title": "Color", "enum": ["blue", "red"]},
+            "Label": {
+                "title": "Label",
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "copies": {"type": "integer", "default": 1},
+                },
+                "required": ["text", "copies"],
+                "additionalProperties": False,
+            },
+            "Parcel": {
+                "title": "Parcel",
+                "description": "A parcel; its service level has a default.",
+                "type": "object",
+                "properties": {
+                    "weight_g": {"type": "integer"},
+                    "service": {"type": "string", "default": "standard"},
+                },
+                "required": ["weight_g", "service"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def test_validation_still_fills_defaults_behind_a_strict_schema() -> None:
+    """Making a defaulted field required in the strict schema changes no validation.
+
+    A call that omits it still validates and gets the default, at the top level and in
+    nested Structs, and equals (same digest) the call that sends the default.
+    """
+    registry = Registry()
+
+    @registry.tool
+    def ship(
+        order_id: str, quantity: int, express: bool = False, parcel: Parcel | None = None
+    ) -> str:
+        return ""
+
+    assert ship.strict_schema() is not None
+    omitted = ship.validate('{"order_id": "A1", "quantity": 2, "parcel": {"weight_g": 5}}')
+    sent = ship.validate(
+        '{"order_id": "A1", "quantity": 2, "express": false,'
+        ' "parcel": {"weight_g": 5, "service": "standard"}}'
+    )
+    assert (
+        omitted
+        == sent
+        == {
+            "order_id": "A1",
+            "quantity": 2,
+            "express": False,
+            "parcel": Parcel(weight_g=5, service="standard"),
+        }
+    )
+    assert digest(omitted) == digest(sent)
 
 
 # -- validation ------------------------------------------------------------------------
@@ -571,7 +706,43 @@ def test_schema_tool_validates_with_jsonschema() -> None:
         "invalid arguments for send: expected an object, got list",
         "invalid arguments for send: JSON is malformed: object keys must be strings (byte 1)",
     ]
-    assert spec.strict_schema() is None  # "urgent" has a non-null default
+    # Top-level defaults are filled by validation, so "urgent" is required with its default.
+    assert spec.strict_schema() == {
+        "type": "object",
+        "description": "Send a message.",
+        "properties": {
+            "to": {"type": "string"},
+            "n": {"type": "integer", "minimum": 0},
+            "urgent": {"type": "boolean", "default": False},
+        },
+        "required": ["to", "n", "urgent"],
+        "additionalProperties": False,
+    }
+
+
+def test_a_schema_tool_s_nested_default_is_not_portable() -> None:
+    """A nested default in an imported schema keeps it non-strict: nothing fills it in.
+
+    jsonschema applies no defaults and the spec fills top-level ones only, so a strict
+    model would send the default where the tool got the field left out.
+    """
+    registry = Registry()
+    nested = {
+        "type": "object",
+        "properties": {
+            "opts": {
+                "type": "object",
+                "properties": {"fast": {"type": "boolean", "default": False}},
+                "required": [],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["opts"],
+        "additionalProperties": False,
+    }
+    spec = registry.add_schema_tool("nested", nested, lambda opts: None)
+    assert spec.validate({"opts": {}}) == {"opts": {}}
+    assert spec.strict_schema() is None
 
 
 def test_schema_tool_refuses_bad_schemas() -> None:

@@ -34,6 +34,12 @@ _STRICT_KEYWORDS = frozenset(
 
 _TYPED_KEYWORDS = frozenset({"type", "anyOf", "$ref", "enum", "const"})
 
+# Keywords beside a ``$ref`` that constrain nothing: the SDK inlines such a ``$ref`` (its
+# target, then these on top), so ours does the same and both give the model one schema.
+_REF_SIBLINGS = frozenset({"description", "title", "default"})
+
+_NO_DEFAULT = object()
+
 
 def _nullable(schema: Mapping[str, Any]) -> bool:
     kind = schema.get("type")
@@ -42,63 +48,144 @@ def _nullable(schema: Mapping[str, Any]) -> bool:
     return any(_nullable(s) for s in schema.get("anyOf", ()) if isinstance(s, Mapping))
 
 
-def _strict_node(node: Any) -> Any:
-    """Return the strict form of one subschema, or raise ValueError where not portable."""
-    if not isinstance(node, dict):
-        raise ValueError("a subschema is not an object")
-    unknown = set(node) - _STRICT_KEYWORDS
-    if unknown:
-        raise ValueError(f"keywords {sorted(unknown)} are not portable")
-    if not _TYPED_KEYWORDS & node.keys():
-        # An untyped subschema (``Any``: ``{}``) accepts anything; strict mode cannot.
-        raise ValueError("a subschema without a type is not portable")
-    out = {k: v for k, v in node.items() if k != "default"}
-    if "default" in node and node["default"] is not None:
-        raise ValueError("a non-null default cannot be expressed")
-    is_object = node.get("type") == "object" or "properties" in node
-    if is_object:
-        props = node.get("properties")
-        if not props:
-            raise ValueError("an open object (no properties) would accept only {}")
-        extra = node.get("additionalProperties", False)
-        if extra is not False:
-            raise ValueError("additionalProperties other than false")
-        required = set(node.get("required", ()))
-        for name, sub in props.items():
-            if name not in required:
-                # Strict mode requires every field; an optional one stays faithful only if
-                # it accepts null and null is its default (the model sends null for "absent").
-                if not (
-                    isinstance(sub, Mapping) and sub.get("default", ...) is None and _nullable(sub)
-                ):
-                    raise ValueError(f"optional field {name!r} has a non-null default")
-        out["type"] = "object"
-        out["properties"] = {name: _strict_node(sub) for name, sub in props.items()}
-        out["required"] = list(props)
-        out["additionalProperties"] = False
-    if "items" in node:
-        if node["items"] is False or not isinstance(node["items"], dict):
-            raise ValueError("tuple-like arrays are not portable")
-        out["items"] = _strict_node(node["items"])
-    if "anyOf" in node:
-        out["anyOf"] = [_strict_node(s) for s in node["anyOf"]]
-    if "$defs" in node:
-        out["$defs"] = {k: _strict_node(v) for k, v in node["$defs"].items()}
-    return out
+def _json_portable(value: Any) -> bool:
+    """True when ``value`` survives JSON text unchanged (no NaN or infinity, which msgspec
+    writes as null, and nothing that is not a JSON type)."""
+    try:
+        return bool(msgspec.json.decode(msgspec.json.encode(value)) == value)
+    except (TypeError, ValueError, msgspec.EncodeError, msgspec.DecodeError):
+        return False
 
 
-def to_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+class _Strict:
+    """One strict conversion: the source root (to inline ``$ref``s) and which defaults the
+    tool's validator fills in, so only omissions it fills become "required"."""
+
+    def __init__(self, root: Mapping[str, Any], *, nested_defaults: bool) -> None:
+        self.root = root
+        self.nested_defaults = nested_defaults
+        # (field name, its strict subschema): each default is checked once the whole
+        # schema is strict, against that subschema (its $refs need the finished $defs).
+        self.defaulted: list[tuple[str, dict[str, Any]]] = []
+
+    def _target(self, ref: Any) -> dict[str, Any]:
+        defs = self.root.get("$defs")
+        if not (isinstance(ref, str) and ref.startswith("#/$defs/") and isinstance(defs, dict)):
+            raise ValueError(f"a $ref other than to #/$defs ({ref!r})")
+        target = defs.get(ref[len("#/$defs/") :])
+        if not isinstance(target, dict) or "$ref" in target:
+            raise ValueError(f"the $ref {ref!r} does not name a definition")
+        return target
+
+    def node(self, node: Any, *, top: bool = False) -> dict[str, Any]:
+        """The strict form of one subschema; ValueError where it is not portable."""
+        if not isinstance(node, dict):
+            raise ValueError("a subschema is not an object")
+        unknown = set(node) - _STRICT_KEYWORDS
+        if unknown:
+            raise ValueError(f"keywords {sorted(unknown)} are not portable")
+        if "$ref" in node and len(node) > 1:
+            if set(node) - {"$ref"} - _REF_SIBLINGS:
+                raise ValueError("a $ref beside keywords that constrain")
+            siblings = {k: v for k, v in node.items() if k != "$ref"}
+            return self.node({**self._target(node["$ref"]), **siblings}, top=top)
+        if not _TYPED_KEYWORDS & node.keys():
+            # An untyped subschema (``Any``: ``{}``) accepts anything; strict mode cannot.
+            raise ValueError("a subschema without a type is not portable")
+        # A null default says nothing the nullable type does not (the SDK drops it too); a
+        # real one stays, as the SDK's @function_tool keeps it: it tells the model the value.
+        out = {k: v for k, v in node.items() if k != "default" or v is not None}
+        is_object = node.get("type") == "object" or "properties" in node
+        if is_object:
+            props = node.get("properties")
+            if not props:
+                raise ValueError("an open object (no properties) would accept only {}")
+            extra = node.get("additionalProperties", False)
+            if extra is not False:
+                raise ValueError("additionalProperties other than false")
+            required = set(node.get("required", ()))
+            optional = [name for name in props if name not in required]
+            for name in optional:
+                self._check_optional(name, props[name], top=top)
+            out["type"] = "object"
+            out["properties"] = {name: self.node(sub) for name, sub in props.items()}
+            out["required"] = list(props)
+            out["additionalProperties"] = False
+            self.defaulted.extend(
+                (name, out["properties"][name])
+                for name in optional
+                if props[name].get("default") is not None
+            )
+        if "items" in node:
+            if node["items"] is False or not isinstance(node["items"], dict):
+                raise ValueError("tuple-like arrays are not portable")
+            out["items"] = self.node(node["items"])
+        if "anyOf" in node:
+            out["anyOf"] = [self.node(s) for s in node["anyOf"]]
+        if "$defs" in node:
+            out["$defs"] = {k: self.node(v) for k, v in node["$defs"].items()}
+        return out
+
+    def _check_optional(self, name: str, sub: Any, *, top: bool) -> None:
+        # Strict mode makes every field required: the model always sends a value. That is
+        # faithful only if some value it can send gives the tool what omitting the field
+        # gives it, i.e. the validator fills a default and the model can send that default.
+        default = sub.get("default", _NO_DEFAULT) if isinstance(sub, Mapping) else _NO_DEFAULT
+        if default is _NO_DEFAULT:
+            raise ValueError(f"optional field {name!r} has no default the model could send")
+        if default is None:
+            if not _nullable(sub):
+                raise ValueError(f"optional field {name!r} defaults to null but refuses null")
+            return
+        if not (top or self.nested_defaults):
+            # A schema tool's validator fills top-level defaults only: nested, the tool
+            # would get the default sent where it got the field left out.
+            raise ValueError(f"nested optional field {name!r}: no validator fills its default")
+        if not _json_portable(default):
+            raise ValueError(f"optional field {name!r} has a default JSON cannot carry")
+
+    def check_defaults(self, strict: dict[str, Any]) -> None:
+        """ValueError unless each kept default is a value the strict schema lets the model send."""
+        if not self.defaulted:
+            return
+        import jsonschema
+
+        defs = strict.get("$defs")
+        for name, sub in self.defaulted:
+            schema = {**sub, "$defs": defs} if defs else sub
+            try:
+                valid = jsonschema.Draft202012Validator(schema).is_valid(sub["default"])
+            except Exception as exc:  # a schema jsonschema cannot check is not portable
+                raise ValueError(f"cannot check the default of {name!r}: {exc}") from exc
+            if not valid:
+                raise ValueError(f"the default of {name!r} is not a value its schema accepts")
+
+
+def to_strict_schema(
+    schema: Mapping[str, Any], *, nested_defaults: bool = False
+) -> dict[str, Any] | None:
     """The OpenAI strict form of ``schema``, or None when it cannot be made strict faithfully.
 
-    Never narrows silently: an open object, an optional field with a real default, a
-    map, a tuple or an unsupported keyword makes the schema not portable (None).
+    As the SDK's own ``@function_tool`` does, every property becomes required, a non-null
+    default stays in the property (``"default": false``) and a null one is dropped; the
+    tool's validation is not changed, so a call that omits the field still gets the default.
+    That is faithful only when the validator fills the default in: top-level defaults
+    always (both kinds of ``ToolSpec`` do), nested ones (Structs, dataclasses) only with
+    ``nested_defaults=True``. Never narrows silently: an open object, a map, a tuple, an
+    unsupported keyword, an optional field without a default, or a default the model could
+    not send (one the field's own schema refuses, NaN or infinity, null for a non-nullable
+    field) makes the schema not portable (None).
     """
     if schema.get("type") != "object" or "anyOf" in schema:
         return None
+    source = copy.deepcopy(dict(schema))
+    conversion = _Strict(source, nested_defaults=nested_defaults)
     try:
-        return _strict_node(copy.deepcopy(dict(schema)))  # type: ignore[no-any-return]
+        strict = conversion.node(source, top=True)
+        conversion.check_defaults(strict)
     except (ValueError, TypeError, AttributeError):
         return None
+    return strict
 
 
 def _has_untyped(tp: Any) -> bool:

@@ -150,8 +150,14 @@ class ToolSpec:
         return self.targets is None or target in self.targets
 
     def strict_schema(self) -> dict[str, Any] | None:
-        """The OpenAI strict form of ``json_schema``, or None where it is not portable."""
-        return to_strict_schema(self.json_schema)
+        """The OpenAI strict form of ``json_schema``, or None where it is not portable.
+
+        Every field is required, as with the SDK's ``@function_tool``; a defaulted field
+        keeps its default in the schema and validation still fills it when it is omitted.
+        """
+        # msgspec fills defaults at every level (nested Structs and dataclasses too); a
+        # schema tool's validator only at the top (``_validate_schema``).
+        return to_strict_schema(self.json_schema, nested_defaults=self.args_type is not None)
 
     def effect_key(self, args: dict[str, Any]) -> str | None:
         """The rendered effect key for validated ``args`` (None without ``effect``)."""

@@ -19,7 +19,7 @@ from agent_adapter.integrations.openai_agents import function_tool, function_too
 
 
 def build() -> Registry:
-    """Tools with portable, optional-with-default and open-object schemas, and targets."""
+    """Tools with portable, unsendable-default and open-object schemas, and targets."""
     registry = Registry()
 
     @registry.tool(confirm=True)
@@ -28,8 +28,8 @@ def build() -> Registry:
         return "ok"
 
     @registry.tool
-    async def search(query: str, limit: int = 10) -> str:
-        """Search; ``limit`` has a real default."""
+    async def search(query: str, since: float = float("-inf")) -> str:
+        """Search; ``since``'s default is a number JSON cannot carry."""
         return "ok"
 
     @registry.tool(targets=["mcp"])
@@ -81,7 +81,8 @@ def test_strict_false_gives_the_full_schema_non_strict() -> None:
 
 @pytest.mark.parametrize("name", ["search", "tag"])
 def test_a_schema_that_is_not_portable_is_non_strict_never_narrowed(name: str) -> None:
-    """A real default or an open object keeps the full schema, non-strict (never "only {}")."""
+    """A default the model could not send, or an open object, keeps the full schema,
+    non-strict (never "only {}", never a schema without the field's real default)."""
     spec = build().get(name)
     tool = function_tool(spec, executor=Executor())
     assert tool.strict_json_schema is False

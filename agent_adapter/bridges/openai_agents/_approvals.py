@@ -10,12 +10,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from agents import RunState
-from agents.agent_tool_state import get_agent_tool_state_scope
-from agents.items import ToolApprovalItem
 
 from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, digest
 from ...errors import (
@@ -25,11 +22,21 @@ from ...errors import (
     ToolArgsInvalid,
     ToolUsageError,
 )
+from ._compat import check_sdk, sdk_name
 from ._errors import error_output
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, state_run_id
 from ._tools import Export, export_of
 
 __all__ = ["resolve_interruptions"]
+
+if TYPE_CHECKING:
+    from agents import RunState
+    from agents.agent_tool_state import get_agent_tool_state_scope
+    from agents.items import ToolApprovalItem
+else:
+    RunState = sdk_name("agents", "RunState")
+    get_agent_tool_state_scope = sdk_name("agents.agent_tool_state", "get_agent_tool_state_scope")
+    ToolApprovalItem = sdk_name("agents.items", "ToolApprovalItem")
 
 logger = logging.getLogger("agent_adapter.bridges.openai_agents")
 
@@ -112,11 +119,16 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
     model-visible approval-denied error. A call still pending at a deferred port stays
     paused: resolve again, with the same state and run_id, after it is answered.
 
-    Raises ToolUsageError, before any decision is applied, when a decision edits the
+    Raises IntegrationError, before the port is asked, for an SDK outside 0.24 to below
+    1.0 or without a name the bridge uses. Raises ToolUsageError, before any decision is
+    applied, when a decision edits the
     arguments of a tool this bridge did not export. Raises LedgerError when a denial
     could not be recorded in its executor's ledger, after trying every one: the calls
     stay rejected, and ``error.state`` is the decided state (resumable as is).
     """
+    # Before the port is asked anything: an SDK the bridge cannot drive must not cost a
+    # reviewer's decisions.
+    check_sdk()
     state: RunState[Any, Any] = result if isinstance(result, RunState) else result.to_state()
     # Without a run_id from the caller, the state's own (its trace id, or a run_id in its
     # mapping context) keeps a deferred decision for one run from serving another's.

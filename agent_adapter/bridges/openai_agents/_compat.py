@@ -1,25 +1,98 @@
-"""The supported SDK range, checked at export (the extra pins ``openai-agents>=0.24,<1.0``)."""
+"""The supported SDK range, and every SDK name the bridge uses, checked when it is used.
+
+Only ``import agents`` may fail at import (the extra is not installed: ImportError). Every
+other name the bridge takes from the SDK is listed in ``REQUIRED`` and fetched with
+:func:`sdk_name`: one that an SDK lacks (older or newer than the extra's range) becomes a
+stand-in that raises IntegrationError naming it when it is used, and :func:`check_sdk`
+raises that error at export, before any tool is built.
+"""
 
 from __future__ import annotations
 
+import importlib
 import re
+from typing import Any
 
 import agents
-from agents import tool as _sdk_tool
 
 from ...errors import IntegrationError
 
-__all__ = ["SUPPORTED", "check_sdk", "sdk_version"]
+__all__ = ["REQUIRED", "SUPPORTED", "check_sdk", "sdk_name", "sdk_version"]
 
 #: The range the ``openai-agents`` extra installs and CI runs: 0.24 up to, not including, 1.0.
 SUPPORTED = ((0, 24), (1, 0))
 
+#: Every (module, attribute) the bridge takes from the SDK; nothing else is imported from it.
+REQUIRED: tuple[tuple[str, str], ...] = (
+    ("agents", "FunctionTool"),
+    ("agents", "RunState"),
+    ("agents", "Runner"),
+    ("agents", "get_current_trace"),
+    ("agents.agent_tool_state", "get_agent_tool_state_scope"),
+    ("agents.exceptions", "UserError"),
+    ("agents.items", "ToolApprovalItem"),
+    ("agents.strict_schema", "ensure_strict_json_schema"),
+    ("agents.tool", "set_function_tool_failure_error_function"),
+    ("agents.tool_context", "ToolContext"),
+)
+
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?(.*)$")
+_ABSENT = object()
 
 
 def sdk_version() -> str:
     """The installed SDK's version string, read when a tool is exported."""
     return str(getattr(agents, "__version__", ""))
+
+
+def _wanted() -> str:
+    low, high = SUPPORTED
+    return (
+        f"agent-adapter's bridge needs openai-agents >={low[0]}.{low[1]},<{high[0]}.{high[1]} "
+        "(pip install 'agent-adapter[openai-agents]')"
+    )
+
+
+def _missing(names: list[str]) -> IntegrationError:
+    return IntegrationError(f"openai-agents {sdk_version()} has no {', '.join(names)}: {_wanted()}")
+
+
+def _lookup(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):  # a module or a name this SDK does not have
+        return _ABSENT
+
+
+class _Absent(type):
+    """The type of a stand-in: calling it, reading from it or subscripting it raises."""
+
+    _where: str
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise _missing([cls._where])
+
+    def __getattr__(cls, attribute: str) -> Any:
+        raise _missing([cls._where])
+
+    def __getitem__(cls, item: Any) -> Any:
+        raise _missing([cls._where])
+
+
+def sdk_name(module: str, name: str) -> Any:
+    """``module.name`` from the SDK, or a stand-in raising IntegrationError when used.
+
+    The stand-in is an exception class, so ``isinstance`` and ``except`` with it simply
+    never match; calling it or reading an attribute of it raises, naming ``module.name``
+    and the supported range. Only names in ``REQUIRED`` may be asked for, so that
+    :func:`check_sdk` checks every one of them.
+    """
+    if (module, name) not in REQUIRED:
+        raise RuntimeError(f"agent-adapter bug: {module}.{name} is not in REQUIRED")
+    found = _lookup(module, name)
+    if found is not _ABSENT:
+        return found
+    return _Absent(name, (Exception,), {"_where": f"{module}.{name}", "__module__": __name__})
 
 
 def _parse(version: str) -> tuple[int, int, int, bool] | None:
@@ -33,27 +106,25 @@ def _parse(version: str) -> tuple[int, int, int, bool] | None:
 
 
 def check_sdk() -> None:
-    """Raise IntegrationError unless the SDK is in range and has the hooks the bridge needs.
+    """Raise IntegrationError unless the SDK is in range and has every name the bridge uses.
 
     The bridge depends on SDK internals that change between minor versions (the per-state
-    scope id, failure-formatter control); outside the tested range it refuses to export
-    rather than build tools that might swallow refusals.
+    scope id, failure-formatter control); outside the tested range, or without one of
+    them, it refuses to export rather than build tools that might swallow refusals.
+    The names are looked up again on every call, so the answer is the SDK's as it is now.
     """
     version = sdk_version()
     parsed = _parse(version)
     if parsed is None:
-        raise IntegrationError(f"cannot read the openai-agents version ({version!r})")
+        raise IntegrationError(f"cannot read the openai-agents version ({version!r}): {_wanted()}")
     major, minor, patch, pre = parsed
     low, high = SUPPORTED
     # PEP 440: a pre-release of 0.24.0 is below 0.24, and "<1.0" excludes 1.0's pre-releases.
     in_range = low <= (major, minor) < high and not (pre and (major, minor, patch) == (*low, 0))
     if not in_range:
-        raise IntegrationError(
-            f"openai-agents {version} is not supported: agent-adapter's bridge needs "
-            f">={low[0]}.{low[1]},<{high[0]}.{high[1]} (pip install 'agent-adapter[openai-agents]')"
-        )
-    if not hasattr(_sdk_tool, "set_function_tool_failure_error_function"):
-        raise IntegrationError(
-            f"openai-agents {version} has no set_function_tool_failure_error_function: "
-            "without it the SDK would turn refusals and cancellation into tool output"
-        )
+        raise IntegrationError(f"openai-agents {version} is not supported: {_wanted()}")
+    absent = [f"{m}.{n}" for m, n in REQUIRED if _lookup(m, n) is _ABSENT]
+    if absent:
+        # Without set_function_tool_failure_error_function, for one, the SDK would turn
+        # refusals and cancellation into "please try again" tool output.
+        raise _missing(absent)

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from agents import get_current_trace
-from agents.agent_tool_state import get_agent_tool_state_scope
+from typing import TYPE_CHECKING, Any
 
 from ...engine import CallContext, Decision, TokenTable
 from ...engine._run import _new_id
+from ._compat import sdk_name
 
 __all__ = ["INTEGRATION", "NAME", "OpenAIAgentsIntegration", "state_run_id"]
+
+if TYPE_CHECKING:
+    from agents import get_current_trace
+    from agents.agent_tool_state import get_agent_tool_state_scope
+else:
+    get_current_trace = sdk_name("agents", "get_current_trace")
+    get_agent_tool_state_scope = sdk_name("agents.agent_tool_state", "get_agent_tool_state_scope")
 
 #: The bridge's name in ``Registry.tool(targets=...)`` and in request metadata.
 NAME = "openai_agents"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents import Runner
-
+from ._compat import sdk_name
 from ._errors import unwrap
 
 __all__ = ["run", "run_sync"]
+
+if TYPE_CHECKING:
+    from agents import Runner
+else:
+    Runner = sdk_name("agents", "Runner")  # an SDK without it: IntegrationError on use
 
 
 def _reraise(exc: Exception) -> None:

@@ -5,22 +5,34 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from agents import FunctionTool
-from agents.exceptions import UserError
-from agents.strict_schema import ensure_strict_json_schema
-from agents.tool import set_function_tool_failure_error_function
-from agents.tool_context import ToolContext
 
 from ...engine import Call, CallContext, Executor, Registry, ToolSpec, digest, get_default_executor
 from ...errors import AdapterError, ToolArgsInvalid
-from ._compat import check_sdk
+from ._compat import check_sdk, sdk_name
 from ._errors import encode_output, error_output, model_visible
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, run_id_for
 
 __all__ = ["Export", "export_of", "function_tool", "function_tools", "tool_schema"]
+
+# Through sdk_name, never ``from agents... import``: an SDK without one of these still
+# imports the bridge, and exporting raises IntegrationError naming it (check_sdk).
+if TYPE_CHECKING:
+    from agents import FunctionTool
+    from agents.exceptions import UserError
+    from agents.strict_schema import ensure_strict_json_schema
+    from agents.tool import set_function_tool_failure_error_function
+    from agents.tool_context import ToolContext
+else:
+    FunctionTool = sdk_name("agents", "FunctionTool")
+    UserError = sdk_name("agents.exceptions", "UserError")
+    ensure_strict_json_schema = sdk_name("agents.strict_schema", "ensure_strict_json_schema")
+    set_function_tool_failure_error_function = sdk_name(
+        "agents.tool", "set_function_tool_failure_error_function"
+    )
+    ToolContext = sdk_name("agents.tool_context", "ToolContext")
 
 _ATTR = "_agent_adapter_export"
 _encode = msgspec.json.Encoder().encode
@@ -44,18 +56,23 @@ def tool_schema(spec: ToolSpec, *, strict: bool) -> tuple[dict[str, Any], bool]:
     """The parameters schema and whether it is strict.
 
     Strict only where the engine finds the schema portable and the SDK's own conversion
-    accepts it without closing an open object; otherwise the full schema, non-strict,
+    leaves the engine's strict form exactly as it is (so the model is shown that schema,
+    no open object closed, nothing else rewritten); otherwise the full schema, non-strict,
     never a silently narrowed one.
     """
     if strict:
         candidate = spec.strict_schema()
         if candidate is not None:
             try:
-                ensure_strict_json_schema(copy.deepcopy(candidate), _reject_open_objects=True)
+                # The SDK converts a copy again in FunctionTool.__post_init__; a fixed point
+                # here means what it sends is what the engine built. (Its own
+                # ``_reject_open_objects`` flag refuses every ``$ref``, i.e. every tool
+                # with a nested Struct or dataclass, though its $defs are converted too.)
+                converted = ensure_strict_json_schema(copy.deepcopy(candidate))
             except (UserError, ValueError, TypeError):
-                candidate = None
-        if candidate is not None:
-            return candidate, True
+                converted = None
+            if converted == candidate:
+                return candidate, True
     return copy.deepcopy(spec.json_schema), False
 
 
