@@ -30,20 +30,27 @@ class CallContext(msgspec.Struct, kw_only=True):
     def __post_init__(self) -> None:
         # The ids and metadata go into every event of the call: checked here, once, so
         # that no event can be refused by the ledger later (or, worse, be unreadable).
-        run_id, call_id = self.run_id, self.call_id
-        if type(run_id) is not str or not run_id.isascii():
-            self.run_id = _id_text(run_id, "run_id")
-        if type(call_id) is not str or not call_id.isascii():
-            self.call_id = _id_text(call_id, "call_id")
-        if self.metadata:
-            metadata = self.metadata
-            if not isinstance(metadata, Mapping):
-                raise ToolUsageError(
-                    f"CallContext.metadata must be a mapping, not {type(metadata).__name__}"
-                )
-            self.metadata = recordable({str(k): v for k, v in metadata.items()})
-        elif type(self.metadata) is not dict:
+        # One expression for the common case (ASCII ids, no metadata): this runs per call.
+        run_id, call_id, metadata = self.run_id, self.call_id, self.metadata
+        if (
+            type(run_id) is str
+            and type(call_id) is str
+            and run_id.isascii()
+            and call_id.isascii()
+            and type(metadata) is dict
+            and not metadata
+        ):
+            return
+        self.run_id = _id_text(run_id, "run_id")
+        self.call_id = _id_text(call_id, "call_id")
+        if not metadata:
             self.metadata = {}
+        elif not isinstance(metadata, Mapping):
+            raise ToolUsageError(
+                f"CallContext.metadata must be a mapping, not {type(metadata).__name__}"
+            )
+        else:
+            self.metadata = recordable({str(k): v for k, v in metadata.items()})
 
 
 def _id_text(value: Any, name: str) -> str:

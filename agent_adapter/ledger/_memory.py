@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
 from ._events import Event, decode_event
+from ._recordable import PAYLOADS
 from ._recordable import payload as checked_payload
 
 __all__ = ["MemoryLedger"]
@@ -59,6 +60,7 @@ class MemoryLedger:
         # hoisted out of the loop. No await inside: the chain stays gap-free. The records
         # are stored once all of them are built: a refused event leaves nothing behind.
         tags = _TAGS
+        payloads = PAYLOADS
         seq = len(self._records)
         prev = self._last_hash
         built: list[Record] = []
@@ -69,13 +71,14 @@ class MemoryLedger:
                     event.seq = 0
                     event.prev = ""
                     event.hash = ""
-                payload = checked_payload(event)
+                cls = type(event)
+                encode = payloads.get(cls)
+                payload = encode(event) if encode is not None else checked_payload(event)
                 seq += 1
                 digest = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest()
                 event.seq = seq
                 event.prev = prev
                 event.hash = digest
-                cls = type(event)
                 tag = tags.get(cls)
                 if tag is None:
                     tag = tags[cls] = event.type

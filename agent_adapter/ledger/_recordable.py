@@ -5,8 +5,8 @@ built: ``ApprovalRejected(reason=None)`` encodes as ``"reason": null``, which th
 decoder then refuses, and every read of the ledger after it fails. So every store checks
 each event before it chains it (``payload``): each field that is not ``Any`` must hold
 its declared type (a ``str`` a ``str``, a ``float`` a finite number, ...), and the event
-must encode. The check is generated once per event class (one boolean expression over
-its fields, no loop): about a third of the encode's own cost.
+must encode. The check and the encode are one function generated per event class (one
+boolean expression over its typed fields, no loop).
 
 Values that come from users (arguments, metadata, tool results, error texts, names) are
 normalised where they enter an event: ``text`` makes any ``str`` encodable (a lone
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
 from ..errors import LedgerError
 from ._events import Event, _encoder
 
-__all__ = ["MAX_RECORDED_DEPTH", "UnrecordableEvent", "payload", "recordable", "text"]
+__all__ = ["MAX_RECORDED_DEPTH", "PAYLOADS", "UnrecordableEvent", "payload", "recordable", "text"]
 
 #: Containers nested deeper than this are recorded as a placeholder by ``recordable``.
 MAX_RECORDED_DEPTH = 64
@@ -177,16 +177,44 @@ def _fields(cls: type[Event]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     return names, found
 
 
-def _compile(cls: type[Event]) -> Callable[[Event], bool]:
+def _compile(cls: type[Event]) -> Callable[[Event], bytes]:
+    """The class's ``payload``: its check and the encode in one generated function."""
     names, found = _fields(cls)
     body = " and ".join(expr for _, expr in found) or "True"
+    names["_encode"] = _encoder.encode
+    names["_refused"] = _refused
     namespace: dict[str, Any] = {}
-    exec(f"def check(e):\n    return {body}\n", names, namespace)  # generated once per class
-    check: Callable[[Event], bool] = namespace["check"]
-    return check
+    source = (
+        "def payload(e):\n"
+        f"    if {body}:\n"
+        "        try:\n"
+        "            return _encode(e)\n"
+        "        except _errors as exc:\n"
+        "            _refused(e, exc)\n"
+        "    _refused(e, None)\n"
+    )
+    names["_errors"] = _ENCODE_ERRORS
+    exec(source, names, namespace)  # generated once per class
+    encode: Callable[[Event], bytes] = namespace["payload"]
+    return encode
 
 
-_CHECKS: dict[type, Callable[[Event], bool]] = {}
+#: event class -> its generated ``payload`` function (filled on first use)
+PAYLOADS: dict[type, Callable[[Event], bytes]] = {}
+
+
+def _refused(event: Event, exc: BaseException | None) -> NoReturn:
+    if exc is None:
+        raise UnrecordableEvent(
+            f"event {event.type} of call {event.call_id or '-'} was not recorded: "
+            f"{_refusal(event)} (it could not be read back)",
+            event,
+        )
+    raise UnrecordableEvent(
+        f"event {event.type} of call {event.call_id or '-'} was not recorded: it "
+        f"cannot be encoded ({type(exc).__name__}: {exc})",
+        event,
+    ) from exc
 
 
 def _refusal(event: Event) -> str:
@@ -208,21 +236,7 @@ def payload(event: Event) -> bytes:
     Raises ``UnrecordableEvent`` (nothing written) for a field of the wrong type or a
     value that cannot be encoded; the chain fields must be at their defaults.
     """
-    cls = type(event)
-    check = _CHECKS.get(cls)
-    if check is None:
-        check = _CHECKS[cls] = _compile(cls)
-    if not check(event):
-        raise UnrecordableEvent(
-            f"event {event.type} of call {event.call_id or '-'} was not recorded: "
-            f"{_refusal(event)} (it could not be read back)",
-            event,
-        )
-    try:
-        return _encoder.encode(event)
-    except _ENCODE_ERRORS as exc:
-        raise UnrecordableEvent(
-            f"event {event.type} of call {event.call_id or '-'} was not recorded: it "
-            f"cannot be encoded ({type(exc).__name__}: {exc})",
-            event,
-        ) from exc
+    encode = PAYLOADS.get(type(event))
+    if encode is None:
+        encode = PAYLOADS[type(event)] = _compile(type(event))
+    return encode(event)
