@@ -10,6 +10,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -872,6 +873,76 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     assert_one_line_error(
         cli("ledger", "show", "--db", str(tmp_path)),
         f"{tmp_path} is a directory, not a ledger file",
+    )
+
+
+def make_fifo(path: Path) -> None:
+    """A named pipe at ``path`` that no process ever writes to."""
+    os.mkfifo(path)
+
+
+def make_socket(path: Path) -> None:
+    """A Unix socket file at ``path`` (the file stays after the socket is closed)."""
+    # Bound by a relative name: a socket's path is limited to ~100 bytes, tmp_path not.
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path.name)
+    finally:
+        os.chdir(here)
+
+
+@pytest.mark.parametrize("command", ALL, ids=ids(ALL))
+def test_named_pipe_is_refused_at_once(tmp_path: Path, command: list[str]) -> None:
+    """A FIFO as --db: one line, exit 1, without waiting for a writer that never comes
+    (opening a FIFO to read blocks until one does); nothing appears beside it."""
+    db = tmp_path / "pipe.db"
+    make_fifo(db)
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, f"{db} is a named pipe (FIFO), not a ledger file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.db"]
+
+
+@pytest.mark.parametrize("command", [READING[0], WRITING[0]], ids=ids([READING[0], WRITING[0]]))
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("socket", "{db} is a socket, not a ledger file"),
+        ("device", "{db} is a character device, not a ledger file"),
+        ("link-to-fifo", "{db} is a named pipe (FIFO), not a ledger file"),
+    ],
+)
+def test_file_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, command: list[str], kind: str, message: str
+) -> None:
+    """A socket, a device, or a symlink to a FIFO as --db: one line naming what it is,
+    exit 1, nothing created beside it."""
+    if kind == "socket":
+        db = tmp_path / "s.db"
+        make_socket(db)
+    elif kind == "device":
+        db = Path(os.devnull)
+    else:
+        make_fifo(tmp_path / "pipe")
+        db = tmp_path / "link.db"
+        db.symlink_to(tmp_path / "pipe")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, message.format(db=db))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_symlink_to_a_ledger_file_is_followed(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A symlink to a regular ledger file is that ledger: verify reads it through the link."""
+    link = built.path.parent / "link.db"
+    link.symlink_to(built.path)
+    assert run_main(capsys, "ledger", "verify", "--db", str(link)) == (
+        0,
+        f"chain: intact ({len(built.events)} events verified)\n",
+        "",
     )
 
 
