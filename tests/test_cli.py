@@ -1164,6 +1164,63 @@ def test_bad_edit_is_one_clear_line_and_no_change(built: Built) -> None:
     assert snapshot(built.path.parent) == before
 
 
+#: An argument as the shell passes bytes that are not UTF-8 (Python decodes argv with
+#: surrogateescape, so b"\xff" arrives as "\udcff").
+NOT_UTF8 = os.fsdecode(b"\xff")
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "raw"),
+    [
+        (["ledger", "show", "--run", NOT_UTF8], "--run", b"\xff"),
+        (["ledger", "show", "--call", NOT_UTF8], "--call", b"\xff"),
+        (["ledger", "show", "--tool", NOT_UTF8], "--tool", b"\xff"),
+        (["ledger", "show", "--type", "call.*", "--type", NOT_UTF8], "--type", b"\xff"),
+        (["ledger", "tail", "--no-follow", "--run", NOT_UTF8], "--run", b"\xff"),
+        (["approvals", "show", NOT_UTF8], "REQUEST_ID", b"\xff"),
+        (["approvals", "approve", NOT_UTF8, "--reviewer", "x"], "REQUEST_ID", b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", NOT_UTF8], "--reviewer", b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", "x", "--reason", NOT_UTF8], "--reason",
+         b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", "x", "--edit", f"order_id={NOT_UTF8}"],
+         "--edit", b"order_id=\xff"),
+        (["approvals", "deny", "REQ", "--reviewer", f"b{NOT_UTF8}b"], "--reviewer", b"b\xffb"),
+        (["effects", "resolve", NOT_UTF8, "--failed", "--reviewer", "x"], "KEY", b"\xff"),
+    ],
+    ids=[
+        "show-run", "show-call", "show-tool", "show-type", "tail-run", "approvals-show",
+        "approve-id", "approve-reviewer", "approve-reason", "approve-edit", "deny-reviewer",
+        "resolve-key",
+    ],
+)  # fmt: skip
+def test_argument_that_is_not_utf8_is_one_clear_line_and_no_change(
+    built: Built, command: list[str], name: str, raw: bytes
+) -> None:
+    """An id, filter or value whose bytes are not UTF-8 can match nothing and cannot be
+    recorded: one line naming the argument and its bytes, exit 1, the ledger unchanged."""
+    argv = [built.request_id if word == "REQ" else word for word in command]
+    before = snapshot(built.path.parent)
+    done = cli(*argv, "--db", built.db)
+    assert_one_line_error(done, f"argument {name}: {raw!r} is not valid UTF-8")
+    assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize("command", [READING[2], WRITING[1]], ids=ids([READING[2], WRITING[1]]))
+def test_ledger_file_name_that_is_not_utf8_is_one_clear_line(
+    built: Built, command: list[str]
+) -> None:
+    """A --db name whose bytes are not UTF-8 (SQLite takes UTF-8 names): one line naming
+    the bytes, exit 1, the file unchanged."""
+    db = built.path.parent / os.fsdecode(b"ledger-\xff.db")
+    built.path.rename(db)
+    argv = [built.request_id if word == "nope" else word for word in command]
+    before = snapshot(db.parent)
+    done = cli(*argv, "--db", str(db))
+    raw = os.fsencode(db)
+    assert_one_line_error(done, f"argument --db: the file name {raw!r} is not valid UTF-8")
+    assert snapshot(db.parent) == before
+
+
 def test_usage_error_exits_two_without_traceback() -> None:
     """An unknown subcommand is a usage error: exit 2, argparse's message, no traceback."""
     done = cli("ledger", "frobnicate", "--db", "x.db")
