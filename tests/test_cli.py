@@ -25,7 +25,7 @@ from _other_process import LockHolder, crash_after_appending
 
 from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
 from agent_adapter.cli import Style, main, parse_edits
-from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolTimeout
+from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolTimeout
 from agent_adapter.ledger import (
     CallRequested,
     CallStarted,
@@ -1162,6 +1162,51 @@ def test_bad_edit_is_one_clear_line_and_no_change(built: Built) -> None:
     done = cli("approvals", "approve", built.request_id, "--db", built.db, "--edit", "oops")
     assert_one_line_error(done, "--edit 'oops': expected key=value")
     assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[" * 100_000, "the value must not nest deeper than 63 levels"),
+        ("[" * 64 + "]" * 64, "the value must not nest deeper than 63 levels"),
+        ('{"a":' * 64 + "1" + "}" * 64, "the value must not nest deeper than 63 levels"),
+        ("NaN", "the value must not contain nan, which is not a JSON number"),
+        ("[1e400]", "the value must not contain inf, which is not a JSON number"),
+    ],
+    ids=["unclosed-100000", "closed-64", "objects-64", "nan", "overflow"],
+)
+def test_edit_no_tool_could_take_is_one_clear_line_and_no_change(
+    built: Built, value: str, message: str
+) -> None:
+    """`--edit` with a value nested deeper than arguments may be (64 levels, the arguments
+    object included; parsing 100000 levels would be a RecursionError) or a number JSON has
+    not (the ledger would record null): one line naming the field, exit 1, nothing recorded."""
+    before = snapshot(built.path.parent)
+    done = cli(
+        "approvals", "approve", built.request_id, "--reviewer", "x", "--db", built.db,
+        "--edit", f"amount_cents={value}",
+    )  # fmt: skip
+    assert_one_line_error(done, f"--edit amount_cents: {message}")
+    assert snapshot(built.path.parent) == before
+
+
+def test_parse_edits_takes_what_the_engine_validates_as_arguments() -> None:
+    """An edit nested 63 levels deep parses, and the engine takes it as an argument (64 with
+    the arguments object); the CLI's limit is the engine's, not a stricter or looser one."""
+    deep: Any = 1
+    for _ in range(63):
+        deep = [deep]
+    edits = parse_edits(["value=" + json.dumps(deep), 'text="[[["', "plain=[[[x"])
+    assert edits == {"value": deep, "text": "[[[", "plain": "[[[x"}
+    reg = Registry()
+
+    @reg.tool
+    async def store(value: Any, text: str, plain: str) -> None:
+        """Store a value."""
+
+    assert reg.get("store").validate(edits) == edits
+    with pytest.raises(ToolArgsInvalid, match="nest deeper than 64 levels"):
+        reg.get("store").validate({**edits, "value": [deep]})
 
 
 #: An argument as the shell passes bytes that are not UTF-8 (Python decodes argv with
