@@ -8,20 +8,20 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+import _other_user
 import pytest
 import structlog
 from _other_process import LockHolder, crash_after_appending
+from _other_user import OtherUser
 
 from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
 from agent_adapter.cli import Style, main, parse_edits
@@ -1050,64 +1050,40 @@ def test_reading_commands_do_not_wait_for_the_write_lock(built: Built, command: 
     assert snapshot(built.path.parent) == before
 
 
-def as_other_user(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``agent-adapter ARGV`` in a fresh process; as user nobody when this test runs as root
-    (root may write any file, so it could not show that reading needs no write access)."""
-    command = [sys.executable, "-m", "agent_adapter.cli", *argv]
-    drop: dict[str, Any] = {}
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is not None:
-            command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        else:
-            drop = {"user": 65534, "group": 65534, "extra_groups": []}
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env={**os.environ, "NO_COLOR": "1", "HOME": "/nonexistent"},
-        cwd="/",
-        **drop,
-    )
+@pytest.fixture(scope="session")
+def other_user() -> Any:
+    """Runs ``agent-adapter`` as user nobody when the tests run as root (root may write any
+    file, so it could not show that reading needs no write access), from a copy every user
+    can reach wherever the checkout lives; see ``_other_user``."""
+    yield from _other_user.other_user()
 
 
 @pytest.fixture
-def read_only_copy(built: Built) -> Any:
-    """``built``'s ledger copied to a chmod 0444 file in a chmod 0555 directory that every
-    user can reach (pytest's tmp_path is private to its owner)."""
-    top = Path(tempfile.mkdtemp(prefix="agent-adapter-ro-"))
-    top.chmod(0o755)
-    directory = top / "ro"
-    directory.mkdir()
-    path = directory / "ledger.db"
-    path.write_bytes(built.path.read_bytes())
-    path.chmod(0o444)
-    directory.chmod(0o555)
-    try:
-        yield path
-    finally:
-        directory.chmod(0o755)
-        shutil.rmtree(top)
+def read_only_copy(built: Built, other_user: OtherUser) -> Any:
+    """``built``'s ledger copied to a chmod 0444 file in a chmod 0555 directory that the
+    other user can reach (pytest's tmp_path is private to its owner)."""
+    yield from _other_user.read_only_ledger(other_user, built.path)
 
 
 @pytest.mark.parametrize("command", READING, ids=ids(READING))
 def test_reading_commands_work_on_a_read_only_file_in_a_read_only_directory(
-    built: Built, read_only_copy: Path, command: list[str]
+    built: Built, other_user: OtherUser, read_only_copy: Path, command: list[str]
 ) -> None:
     """A user who cannot write the file or its directory gets the same output as the
     owner, exit 0, and nothing changes (no -wal/-shm could be created, none is needed)."""
     expected = cli(*reading(command, built), "--db", built.db)
     assert (expected.returncode, expected.stderr) == (0, "")
     before = snapshot(read_only_copy.parent)
-    done = as_other_user(*reading(command, built), "--db", str(read_only_copy))
+    done = other_user.run(*reading(command, built), "--db", str(read_only_copy))
     assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
     assert snapshot(read_only_copy.parent) == before
 
 
-def test_a_user_without_write_access_cannot_decide(built: Built, read_only_copy: Path) -> None:
+def test_a_user_without_write_access_cannot_decide(
+    built: Built, other_user: OtherUser, read_only_copy: Path
+) -> None:
     """The same user is refused a writing command in one line: the fixture really is read-only."""
-    done = as_other_user(
+    done = other_user.run(
         "approvals", "approve", built.request_id, "--reviewer", "x", "--db", str(read_only_copy)
     )
     assert_one_line_error(
@@ -1117,7 +1093,7 @@ def test_a_user_without_write_access_cannot_decide(built: Built, read_only_copy:
 
 
 def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
-    read_only_copy: Path,
+    other_user: OtherUser, read_only_copy: Path
 ) -> None:
     """A writer that died left its -wal and -shm: a user who cannot write reads its commits."""
     directory = read_only_copy.parent
@@ -1126,7 +1102,7 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
     assert crash_after_appending(read_only_copy, 3) == (0, "")
     directory.chmod(0o555)
     before = snapshot(directory)
-    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    done = other_user.run("ledger", "verify", "--db", str(read_only_copy))
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
         "chain: intact (3 events verified)\n",
@@ -1136,7 +1112,9 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
     assert snapshot(directory) == before
 
 
-def test_read_only_directory_refuses_a_wal_it_cannot_read(read_only_copy: Path) -> None:
+def test_read_only_directory_refuses_a_wal_it_cannot_read(
+    other_user: OtherUser, read_only_copy: Path
+) -> None:
     """A crashed writer's -wal without its -shm, in a directory the user cannot write: one
     line saying why, exit 1, nothing changed (reading the file alone would miss commits)."""
     directory = read_only_copy.parent
@@ -1146,7 +1124,7 @@ def test_read_only_directory_refuses_a_wal_it_cannot_read(read_only_copy: Path) 
     (directory / "ledger.db-shm").unlink()
     directory.chmod(0o555)
     before = snapshot(directory)
-    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    done = other_user.run("ledger", "verify", "--db", str(read_only_copy))
     db = read_only_copy
     assert_one_line_error(
         done,
