@@ -8,23 +8,24 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+import _other_user
 import pytest
 import structlog
 from _other_process import LockHolder, crash_after_appending
+from _other_user import OtherUser
 
 from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
 from agent_adapter.cli import Style, main, parse_edits
-from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolTimeout
+from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolTimeout
 from agent_adapter.ledger import (
     CallRequested,
     CallStarted,
@@ -276,6 +277,39 @@ def test_tail_without_follow_prints_the_last_events(
     )
     assert (code, err) == (0, "")
     assert [decode_event(line) for line in out.splitlines()] == built.events[-2:]
+
+
+def test_tail_duration_bounds_the_whole_command(built: Built) -> None:
+    """`ledger tail --duration 0.2 --interval 600` prints the last event and exits 0 well
+    before one interval: no pause outlasts the time left (TIMEOUT_S is a tenth of it)."""
+    done = cli(
+        "ledger", "tail", "--db", built.db, "-n", "1", "--json",
+        "--duration", "0.2", "--interval", "600",
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [decode_event(line) for line in done.stdout.splitlines()] == built.events[-1:]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--interval", "0", "--interval 0.0: expected a positive number of seconds"),
+        ("--interval", "-1", "--interval -1.0: expected a positive number of seconds"),
+        ("--interval", "nan", "--interval nan: expected a positive number of seconds"),
+        ("--interval", "inf", "--interval inf: expected a positive number of seconds"),
+        ("--duration", "-1", "--duration -1.0: expected zero or more seconds"),
+        ("--duration", "nan", "--duration nan: expected zero or more seconds"),
+    ],
+)
+def test_tail_refuses_an_interval_or_duration_that_cannot_end(
+    built: Built, option: str, value: str, message: str
+) -> None:
+    """A zero interval would poll in a busy loop, an infinite one never, a NaN duration
+    would never run out: one line, exit 1, before the ledger is opened."""
+    before = snapshot(built.path.parent)
+    done = cli("ledger", "tail", "--db", built.db, "--duration", "0", f"{option}={value}")
+    assert_one_line_error(done, message)
+    assert snapshot(built.path.parent) == before
 
 
 def test_tail_follows_a_ledger_another_process_writes(built: Built, clock: Any) -> None:
@@ -875,6 +909,76 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     )
 
 
+def make_fifo(path: Path) -> None:
+    """A named pipe at ``path`` that no process ever writes to."""
+    os.mkfifo(path)
+
+
+def make_socket(path: Path) -> None:
+    """A Unix socket file at ``path`` (the file stays after the socket is closed)."""
+    # Bound by a relative name: a socket's path is limited to ~100 bytes, tmp_path not.
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path.name)
+    finally:
+        os.chdir(here)
+
+
+@pytest.mark.parametrize("command", ALL, ids=ids(ALL))
+def test_named_pipe_is_refused_at_once(tmp_path: Path, command: list[str]) -> None:
+    """A FIFO as --db: one line, exit 1, without waiting for a writer that never comes
+    (opening a FIFO to read blocks until one does); nothing appears beside it."""
+    db = tmp_path / "pipe.db"
+    make_fifo(db)
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, f"{db} is a named pipe (FIFO), not a ledger file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.db"]
+
+
+@pytest.mark.parametrize("command", [READING[0], WRITING[0]], ids=ids([READING[0], WRITING[0]]))
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("socket", "{db} is a socket, not a ledger file"),
+        ("device", "{db} is a character device, not a ledger file"),
+        ("link-to-fifo", "{db} is a named pipe (FIFO), not a ledger file"),
+    ],
+)
+def test_file_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, command: list[str], kind: str, message: str
+) -> None:
+    """A socket, a device, or a symlink to a FIFO as --db: one line naming what it is,
+    exit 1, nothing created beside it."""
+    if kind == "socket":
+        db = tmp_path / "s.db"
+        make_socket(db)
+    elif kind == "device":
+        db = Path(os.devnull)
+    else:
+        make_fifo(tmp_path / "pipe")
+        db = tmp_path / "link.db"
+        db.symlink_to(tmp_path / "pipe")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = cli(*command, "--db", str(db))
+    assert_one_line_error(done, message.format(db=db))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_symlink_to_a_ledger_file_is_followed(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A symlink to a regular ledger file is that ledger: verify reads it through the link."""
+    link = built.path.parent / "link.db"
+    link.symlink_to(built.path)
+    assert run_main(capsys, "ledger", "verify", "--db", str(link)) == (
+        0,
+        f"chain: intact ({len(built.events)} events verified)\n",
+        "",
+    )
+
+
 @pytest.mark.parametrize("command", WRITING, ids=ids(WRITING))
 def test_read_only_file_refuses_writing_commands_unchanged(
     built: Built, command: list[str]
@@ -946,64 +1050,40 @@ def test_reading_commands_do_not_wait_for_the_write_lock(built: Built, command: 
     assert snapshot(built.path.parent) == before
 
 
-def as_other_user(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``agent-adapter ARGV`` in a fresh process; as user nobody when this test runs as root
-    (root may write any file, so it could not show that reading needs no write access)."""
-    command = [sys.executable, "-m", "agent_adapter.cli", *argv]
-    drop: dict[str, Any] = {}
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is not None:
-            command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        else:
-            drop = {"user": 65534, "group": 65534, "extra_groups": []}
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env={**os.environ, "NO_COLOR": "1", "HOME": "/nonexistent"},
-        cwd="/",
-        **drop,
-    )
+@pytest.fixture(scope="session")
+def other_user() -> Any:
+    """Runs ``agent-adapter`` as user nobody when the tests run as root (root may write any
+    file, so it could not show that reading needs no write access), from a copy every user
+    can reach wherever the checkout lives; see ``_other_user``."""
+    yield from _other_user.other_user()
 
 
 @pytest.fixture
-def read_only_copy(built: Built) -> Any:
-    """``built``'s ledger copied to a chmod 0444 file in a chmod 0555 directory that every
-    user can reach (pytest's tmp_path is private to its owner)."""
-    top = Path(tempfile.mkdtemp(prefix="agent-adapter-ro-"))
-    top.chmod(0o755)
-    directory = top / "ro"
-    directory.mkdir()
-    path = directory / "ledger.db"
-    path.write_bytes(built.path.read_bytes())
-    path.chmod(0o444)
-    directory.chmod(0o555)
-    try:
-        yield path
-    finally:
-        directory.chmod(0o755)
-        shutil.rmtree(top)
+def read_only_copy(built: Built, other_user: OtherUser) -> Any:
+    """``built``'s ledger copied to a chmod 0444 file in a chmod 0555 directory that the
+    other user can reach (pytest's tmp_path is private to its owner)."""
+    yield from _other_user.read_only_ledger(other_user, built.path)
 
 
 @pytest.mark.parametrize("command", READING, ids=ids(READING))
 def test_reading_commands_work_on_a_read_only_file_in_a_read_only_directory(
-    built: Built, read_only_copy: Path, command: list[str]
+    built: Built, other_user: OtherUser, read_only_copy: Path, command: list[str]
 ) -> None:
     """A user who cannot write the file or its directory gets the same output as the
     owner, exit 0, and nothing changes (no -wal/-shm could be created, none is needed)."""
     expected = cli(*reading(command, built), "--db", built.db)
     assert (expected.returncode, expected.stderr) == (0, "")
     before = snapshot(read_only_copy.parent)
-    done = as_other_user(*reading(command, built), "--db", str(read_only_copy))
+    done = other_user.run(*reading(command, built), "--db", str(read_only_copy))
     assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
     assert snapshot(read_only_copy.parent) == before
 
 
-def test_a_user_without_write_access_cannot_decide(built: Built, read_only_copy: Path) -> None:
+def test_a_user_without_write_access_cannot_decide(
+    built: Built, other_user: OtherUser, read_only_copy: Path
+) -> None:
     """The same user is refused a writing command in one line: the fixture really is read-only."""
-    done = as_other_user(
+    done = other_user.run(
         "approvals", "approve", built.request_id, "--reviewer", "x", "--db", str(read_only_copy)
     )
     assert_one_line_error(
@@ -1013,7 +1093,7 @@ def test_a_user_without_write_access_cannot_decide(built: Built, read_only_copy:
 
 
 def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
-    read_only_copy: Path,
+    other_user: OtherUser, read_only_copy: Path
 ) -> None:
     """A writer that died left its -wal and -shm: a user who cannot write reads its commits."""
     directory = read_only_copy.parent
@@ -1022,7 +1102,7 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
     assert crash_after_appending(read_only_copy, 3) == (0, "")
     directory.chmod(0o555)
     before = snapshot(directory)
-    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    done = other_user.run("ledger", "verify", "--db", str(read_only_copy))
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
         "chain: intact (3 events verified)\n",
@@ -1032,7 +1112,9 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
     assert snapshot(directory) == before
 
 
-def test_read_only_directory_refuses_a_wal_it_cannot_read(read_only_copy: Path) -> None:
+def test_read_only_directory_refuses_a_wal_it_cannot_read(
+    other_user: OtherUser, read_only_copy: Path
+) -> None:
     """A crashed writer's -wal without its -shm, in a directory the user cannot write: one
     line saying why, exit 1, nothing changed (reading the file alone would miss commits)."""
     directory = read_only_copy.parent
@@ -1042,7 +1124,7 @@ def test_read_only_directory_refuses_a_wal_it_cannot_read(read_only_copy: Path) 
     (directory / "ledger.db-shm").unlink()
     directory.chmod(0o555)
     before = snapshot(directory)
-    done = as_other_user("ledger", "verify", "--db", str(read_only_copy))
+    done = other_user.run("ledger", "verify", "--db", str(read_only_copy))
     db = read_only_copy
     assert_one_line_error(
         done,
@@ -1091,6 +1173,108 @@ def test_bad_edit_is_one_clear_line_and_no_change(built: Built) -> None:
     done = cli("approvals", "approve", built.request_id, "--db", built.db, "--edit", "oops")
     assert_one_line_error(done, "--edit 'oops': expected key=value")
     assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[" * 100_000, "the value must not nest deeper than 63 levels"),
+        ("[" * 64 + "]" * 64, "the value must not nest deeper than 63 levels"),
+        ('{"a":' * 64 + "1" + "}" * 64, "the value must not nest deeper than 63 levels"),
+        ("NaN", "the value must not contain nan, which is not a JSON number"),
+        ("[1e400]", "the value must not contain inf, which is not a JSON number"),
+    ],
+    ids=["unclosed-100000", "closed-64", "objects-64", "nan", "overflow"],
+)
+def test_edit_no_tool_could_take_is_one_clear_line_and_no_change(
+    built: Built, value: str, message: str
+) -> None:
+    """`--edit` with a value nested deeper than arguments may be (64 levels, the arguments
+    object included; parsing 100000 levels would be a RecursionError) or a number JSON has
+    not (the ledger would record null): one line naming the field, exit 1, nothing recorded."""
+    before = snapshot(built.path.parent)
+    done = cli(
+        "approvals", "approve", built.request_id, "--reviewer", "x", "--db", built.db,
+        "--edit", f"amount_cents={value}",
+    )  # fmt: skip
+    assert_one_line_error(done, f"--edit amount_cents: {message}")
+    assert snapshot(built.path.parent) == before
+
+
+def test_parse_edits_takes_what_the_engine_validates_as_arguments() -> None:
+    """An edit nested 63 levels deep parses, and the engine takes it as an argument (64 with
+    the arguments object); the CLI's limit is the engine's, not a stricter or looser one."""
+    deep: Any = 1
+    for _ in range(63):
+        deep = [deep]
+    edits = parse_edits(["value=" + json.dumps(deep), 'text="[[["', "plain=[[[x"])
+    assert edits == {"value": deep, "text": "[[[", "plain": "[[[x"}
+    reg = Registry()
+
+    @reg.tool
+    async def store(value: Any, text: str, plain: str) -> None:
+        """Store a value."""
+
+    assert reg.get("store").validate(edits) == edits
+    with pytest.raises(ToolArgsInvalid, match="nest deeper than 64 levels"):
+        reg.get("store").validate({**edits, "value": [deep]})
+
+
+#: An argument as the shell passes bytes that are not UTF-8 (Python decodes argv with
+#: surrogateescape, so b"\xff" arrives as "\udcff").
+NOT_UTF8 = os.fsdecode(b"\xff")
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "raw"),
+    [
+        (["ledger", "show", "--run", NOT_UTF8], "--run", b"\xff"),
+        (["ledger", "show", "--call", NOT_UTF8], "--call", b"\xff"),
+        (["ledger", "show", "--tool", NOT_UTF8], "--tool", b"\xff"),
+        (["ledger", "show", "--type", "call.*", "--type", NOT_UTF8], "--type", b"\xff"),
+        (["ledger", "tail", "--no-follow", "--run", NOT_UTF8], "--run", b"\xff"),
+        (["approvals", "show", NOT_UTF8], "REQUEST_ID", b"\xff"),
+        (["approvals", "approve", NOT_UTF8, "--reviewer", "x"], "REQUEST_ID", b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", NOT_UTF8], "--reviewer", b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", "x", "--reason", NOT_UTF8], "--reason",
+         b"\xff"),
+        (["approvals", "approve", "REQ", "--reviewer", "x", "--edit", f"order_id={NOT_UTF8}"],
+         "--edit", b"order_id=\xff"),
+        (["approvals", "deny", "REQ", "--reviewer", f"b{NOT_UTF8}b"], "--reviewer", b"b\xffb"),
+        (["effects", "resolve", NOT_UTF8, "--failed", "--reviewer", "x"], "KEY", b"\xff"),
+    ],
+    ids=[
+        "show-run", "show-call", "show-tool", "show-type", "tail-run", "approvals-show",
+        "approve-id", "approve-reviewer", "approve-reason", "approve-edit", "deny-reviewer",
+        "resolve-key",
+    ],
+)  # fmt: skip
+def test_argument_that_is_not_utf8_is_one_clear_line_and_no_change(
+    built: Built, command: list[str], name: str, raw: bytes
+) -> None:
+    """An id, filter or value whose bytes are not UTF-8 can match nothing and cannot be
+    recorded: one line naming the argument and its bytes, exit 1, the ledger unchanged."""
+    argv = [built.request_id if word == "REQ" else word for word in command]
+    before = snapshot(built.path.parent)
+    done = cli(*argv, "--db", built.db)
+    assert_one_line_error(done, f"argument {name}: {raw!r} is not valid UTF-8")
+    assert snapshot(built.path.parent) == before
+
+
+@pytest.mark.parametrize("command", [READING[2], WRITING[1]], ids=ids([READING[2], WRITING[1]]))
+def test_ledger_file_name_that_is_not_utf8_is_one_clear_line(
+    built: Built, command: list[str]
+) -> None:
+    """A --db name whose bytes are not UTF-8 (SQLite takes UTF-8 names): one line naming
+    the bytes, exit 1, the file unchanged."""
+    db = built.path.parent / os.fsdecode(b"ledger-\xff.db")
+    built.path.rename(db)
+    argv = [built.request_id if word == "nope" else word for word in command]
+    before = snapshot(db.parent)
+    done = cli(*argv, "--db", str(db))
+    raw = os.fsencode(db)
+    assert_one_line_error(done, f"argument --db: the file name {raw!r} is not valid UTF-8")
+    assert snapshot(db.parent) == before
 
 
 def test_usage_error_exits_two_without_traceback() -> None:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import fnmatch
 import json
+import math
 import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
@@ -15,7 +16,7 @@ import msgspec
 if TYPE_CHECKING:
     from ..ledger import Event, Ledger
 
-from ._opening import open_ledger
+from ._opening import CliError, open_ledger
 from ._render import (
     EVENT_HEADERS,
     clock_text,
@@ -74,7 +75,14 @@ async def cmd_ledger_show(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
-    """Print the last events, then follow the ledger as another process appends to it."""
+    """Print the last events, then follow the ledger as another process appends to it.
+
+    ``--duration`` bounds the whole command: no pause outlasts the time left.
+    """
+    if not (0 < args.interval < math.inf):
+        raise CliError(f"--interval {args.interval}: expected a positive number of seconds")
+    if args.duration is not None and not args.duration >= 0:
+        raise CliError(f"--duration {args.duration}: expected zero or more seconds")
     async with open_ledger(args) as ledger:
         events = await _read(ledger, args)
         seen = max((e.seq for e in events), default=0)
@@ -87,8 +95,16 @@ async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
         if not args.follow:
             return 0
         deadline = None if args.duration is None else time.monotonic() + args.duration
-        while deadline is None or time.monotonic() < deadline:
-            await asyncio.sleep(args.interval)
+        while True:
+            pause = args.interval
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                # --duration bounds the whole command: the last pause ends at the
+                # deadline, and the poll after it prints what arrived before it.
+                pause = min(pause, left)
+            await asyncio.sleep(pause)
             async for e in ledger.read(after=seen):
                 seen = e.seq
                 if _matches(e, args):

@@ -229,6 +229,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_text(args: argparse.Namespace) -> None:
+    """Refuse an argument whose bytes are not UTF-8 (argv decoded with surrogateescape).
+
+    Every id, name and value in a ledger is UTF-8 text, and SQLite takes UTF-8 file
+    names: such an argument can match nothing and cannot be recorded, so it is refused
+    here, before any file is opened, instead of failing deep inside a command.
+    """
+    for dest, value in vars(args).items():
+        if dest in _READ_BY_PYTHON:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                name = dest.upper() if dest in _POSITIONAL else "--" + dest.replace("_", "-")
+                what = "the file name " if dest == "db" else ""
+                raise CliError(
+                    f"argument {name}: {what}{os.fsencode(text)!r} is not valid UTF-8"
+                ) from None
+
+
+# Positional arguments, named as in the usage line (the others are options).
+_POSITIONAL = frozenset({"request_id", "key"})
+# Paths only Python opens (any bytes the file system takes are fine).
+_READ_BY_PYTHON = frozenset({"key_file"})
+
+
 def _error(message: str) -> int:
     # One line, whatever the message holds: the contract of every expected failure.
     text = " ".join(str(message).split())
@@ -245,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.logging = configure_logging(args.log_format, args.log_level)
     handler: Callable[[argparse.Namespace, IO[str]], Any] = args.handler
     try:
+        _check_text(args)
         return int(asyncio.run(handler(args, out)))
     except (CliError, LedgerError, ToolUsageError) as exc:
         return _error(str(exc))

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,19 +33,30 @@ class CliError(Exception):
 def check_ledger_file(path: Path, *, write: bool) -> None:
     """Refuse, with one clear message, a file a command must not open.
 
-    Reading commands never create a file, so a missing one is an error; a file that is
-    not an SQLite database is refused before SQLite sees it (an empty file would
-    otherwise become a new ledger). Writing commands refuse a read-only file.
+    Reading commands never create a file, so a missing one is an error; anything but a
+    regular file (a directory, a named pipe, a socket, a device; a symlink is followed)
+    is refused before it is opened; a file that is not an SQLite database is refused
+    before SQLite sees it (an empty file would otherwise become a new ledger). Writing
+    commands refuse a read-only file.
     """
-    if not path.exists():
-        raise CliError(f"{path}: no such file")
-    if path.is_dir():
-        raise CliError(f"{path} is a directory, not a ledger file")
     try:
-        with path.open("rb") as fh:
-            header = fh.read(len(_SQLITE_HEADER))
+        # Classified before it is opened: opening a named pipe waits for a writer
+        # (forever), and opening a device can act on it.
+        _refuse_unless_regular(path, os.stat(path).st_mode)
+        # Non-blocking and checked again on the opened file: what was swapped in after
+        # the stat above cannot make this open wait either.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CliError(f"{path}: no such file") from None
     except PermissionError:
         raise CliError(f"{path}: permission denied (cannot read it)") from None
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        _refuse_unless_regular(path, os.fstat(fd).st_mode)
+        header = os.read(fd, len(_SQLITE_HEADER))
+    finally:
+        os.close(fd)
     if not header:
         raise CliError(f"{path} is empty, not a ledger")
     if header != _SQLITE_HEADER:
@@ -59,6 +71,22 @@ def check_ledger_file(path: Path, *, write: bool) -> None:
             )
         if not os.access(path.parent, os.W_OK):
             raise CliError(f"{path.parent} is not writable (SQLite needs it for its journal)")
+
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_unless_regular(path: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    what = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
+    raise CliError(f"{path} is {what}, not a ledger file")
 
 
 def read_key(key_file: str | None) -> bytes | None:

@@ -39,16 +39,35 @@ def _reviewer(args: argparse.Namespace) -> str:
 
 
 def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` pairs; a value that parses as JSON is that value, else the text."""
+    """``key=value`` pairs; a value that parses as JSON is that value, else the text.
+
+    A value that no tool could take as an argument is refused (``CliError`` naming the
+    key): one that nests deeper than arguments may (``MAX_ARGS_DEPTH``, the arguments
+    object included), or a number JSON cannot hold (``NaN``, ``Infinity``, ``1e400``).
+    """
+    from ..engine._spec import MAX_ARGS_DEPTH, _not_json, _too_deep
+
+    # The edited value sits inside the arguments object, one level down.
+    limit = MAX_ARGS_DEPTH - 1
     edits: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise CliError(f"--edit {pair!r}: expected key=value")
+        # Measured on the text before it is parsed: the parser recurses once per level,
+        # so a deep enough value would end the command in a RecursionError.
+        if _too_deep(raw.encode("utf-8", "surrogatepass"), limit):
+            raise CliError(f"--edit {name}: the value must not nest deeper than {limit} levels")
         try:
-            edits[name] = json.loads(raw)
+            value = json.loads(raw)
         except ValueError:
-            edits[name] = raw
+            value = raw
+        # json.loads takes NaN and Infinity, which the ledger would record as null: the
+        # decision would then be about other arguments than the ones shown.
+        problem = _not_json(value, limit)
+        if problem is not None:
+            raise CliError(f"--edit {name}: the value must not {problem}")
+        edits[name] = value
     return edits
 
 
