@@ -33,6 +33,7 @@ from ..ledger._events import (
     Event,
     HookFailed,
 )
+from ..ledger._follow import Follow, appending
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
 from . import _approving, _checking, _effects, _executing, _replaying
@@ -131,6 +132,9 @@ class Executor:
         self._started = False
         # True once started on a ledger other processes may append to (see _apply_foreign).
         self._shared = False
+        # This executor as a follower of its ledger (see start): its appends are made in
+        # its name (``appending``), so that the ledger never hands them back to it.
+        self._follower: Follow | None = None
         self._start_lock: asyncio.Lock | None = None
         #: effect keys whose sync body is still running in a worker thread
         self._running_keys: dict[str, int] = {}
@@ -176,9 +180,10 @@ class Executor:
             self.state = state
             follow = getattr(self.ledger, "follow", None)
             if follow is not None:
-                # A ledger shared with other processes hands us their events at each of
-                # our commits, and refuses our claim of a key they claimed first.
-                follow(self._apply_foreign, last)
+                # A ledger shared with other executors (other processes, or others on
+                # this object) hands us their events at each of our commits, and refuses
+                # our claim of a key they claimed first.
+                self._follower = follow(self._apply_foreign, last)
                 self._shared = hasattr(self.ledger, "catch_up")
             self._started = True
 
@@ -263,9 +268,13 @@ class Executor:
         """Append events outside any call (for records like ``effect.resolved``)."""
         for event in events:
             self.state.apply(event)
-        await self.ledger.append_many(events)
-        if self._observed:
-            await self._dispatch(events)
+        mine = appending.set(self._follower)  # ours: never handed back to us
+        try:
+            await self.ledger.append_many(events)
+            if self._observed:
+                await self._dispatch(events)
+        finally:
+            appending.reset(mine)
 
     async def _dispatch(self, events: list[Event]) -> None:
         for event in events:
@@ -359,6 +368,9 @@ class Executor:
         state._requested(requested)
         run.buffer.append(requested)
         token = None
+        # Every append of this call (a port's too) is ours: the ledger never hands it
+        # back to us, and settles our claims against the other followers'.
+        mine = appending.set(self._follower)
         try:
             try:
                 validated, call_digest = _validated(spec, args)
@@ -422,6 +434,7 @@ class Executor:
                         )
             raise
         finally:
+            appending.reset(mine)
             if token is not None:
                 _current.reset(token)
 
