@@ -302,6 +302,32 @@ async def test_a_deferred_approval_answered_through_one_is_seen_by_the_other(
     ]
 
 
+async def test_a_closed_executor_stops_following_and_the_other_keeps_the_ledger(
+    ledger: Ledger,
+) -> None:
+    """A closes: it hears nothing more and takes no more calls; B keeps working on the
+    still open ledger object, and the last executor to close closes it."""
+    tools = Refunds()
+    a = await _open(tools, ledger)
+    b = await _open(tools, ledger)
+    await a.call("lookup", {"order_id": "o1"}, run_id="r", call_id="c1")
+    await a.close()
+    heard = dict(a.state.outcomes)
+    await b.call("lookup", {"order_id": "o2"}, run_id="r", call_id="c2")
+    await b.call("refund", ARGS, run_id="r", call_id="c3")
+    assert (
+        a.state.outcomes == heard == {("r", "c1"): (digest({"order_id": "o1"}), "call.succeeded")}
+    )
+    assert set(b.state.outcomes) == {("r", "c1"), ("r", "c2"), ("r", "c3")}
+    with pytest.raises(ToolUsageError, match="executor is closed"):
+        await a.call("refund", ARGS, run_id="r", call_id="c4")
+    assert tools.ran == [("o1", "lookup"), ("o2", "lookup"), ("o1", "5")]
+    await b.close()
+    if isinstance(ledger, SQLiteLedger):
+        with pytest.raises(LedgerError, match="closed"):
+            await ledger.append(CallRequested(run_id="r", call_id="late", tool="lookup"))
+
+
 async def test_each_follower_is_handed_everything_but_its_own_in_seq_order(
     ledger: Ledger, tmp_path: Path
 ) -> None:

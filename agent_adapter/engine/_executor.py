@@ -159,6 +159,8 @@ class Executor:
         """
         if self._started:
             return
+        if self._closed:
+            raise _closed_error()
         # One replay, whoever asks first (open, async with, or a first call): a second
         # replay running beside it could replace state that calls already changed.
         if self._start_lock is None:
@@ -166,6 +168,8 @@ class Executor:
         async with self._start_lock:
             if self._started:
                 return
+            if self._closed:
+                raise _closed_error()
             opener = getattr(self.ledger, "open", None)
             if opener is not None:
                 await opener()
@@ -193,10 +197,23 @@ class Executor:
         await self.start()
 
     async def close(self) -> None:
-        """Close the ledger (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            await self.ledger.close()
+        """Stop following the ledger and close it, unless another executor still follows
+        the same ledger object: the last one to close closes it (idempotent).
+
+        A closed executor takes no more calls (``ToolUsageError``): its projections no
+        longer hear the others'. A call it still has running keeps its outcome, but a
+        claim of an effect key it makes from now on is refused by the ledger.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._started = False  # the next call asks start(), which refuses
+        follower = self._follower
+        if follower is not None:
+            follower.close()
+        if getattr(self.ledger, "followed", False):
+            return  # another executor's ledger object too: it stays open for them
+        await self.ledger.close()
 
     async def __aenter__(self) -> Executor:
         await self.start()
@@ -578,6 +595,12 @@ def get_default_executor() -> Executor:
     if _default is None:
         _default = Executor()
     return _default
+
+
+def _closed_error() -> ToolUsageError:
+    return ToolUsageError(
+        "this executor is closed; open a new one on the ledger to make more calls"
+    )
 
 
 def _unpin_done(state: Projection, run_id: str, task: asyncio.Future[Any]) -> None:
