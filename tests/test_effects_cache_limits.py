@@ -204,13 +204,18 @@ async def test_cancel_after_start_makes_the_key_ambiguous(clock: Any) -> None:
 
 
 async def test_key_claimed_by_a_running_call_is_ambiguous(clock: Any) -> None:
-    """While a call holding the key runs, another call for the key is refused as ambiguous."""
+    """While a call holding the key runs, another call for the key is refused as ambiguous,
+    with a message that does not suggest resolving the key (that would run it twice)."""
     t = Refunds(clock)
     t.gate = asyncio.Event()
     first = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
-    with pytest.raises(AmbiguousEffect):
+    with pytest.raises(AmbiguousEffect) as info:
         await t.run("c2")
+    assert str(info.value) == (
+        "effect refund:A1 is claimed by call c1 (run r1), which has not finished (it may "
+        "still be running); it does not run twice: ask again once that call has finished"
+    )
     t.gate.set()
     assert await first == "refunded 5"
     assert t.ran == [("A1", 5)]

@@ -1,6 +1,7 @@
 """Several executors on one SQLite ledger: an effect key runs once across all of them.
 
-Each executor (a process, or here also a second ledger object on the same file) hears
+Each executor (a process, or here a second ledger object on the same file; several
+executors on one ledger object are in test_shared_object.py) hears
 the others' events at each of its commits, and the writer refuses a claim of a key
 another writer claimed first. Before this, two processes that had each replayed the
 ledger both ran the same refund.
@@ -223,19 +224,6 @@ async def test_a_call_waiting_for_approval_when_the_other_replayed_settles_its_k
         await a.close()
         await b.close()
     assert (paid, runs) == ("paid", ["p1", "p1"])
-
-
-async def test_one_ledger_object_follows_one_executor(tmp_path: Path) -> None:
-    """Two executors on one SQLiteLedger object would share one view of the others: refused."""
-    from agent_adapter.errors import LedgerError
-
-    ledger = SQLiteLedger(tmp_path / "one.db")
-    first = await Executor.open(Registry(), ledger=ledger)
-    try:
-        with pytest.raises(LedgerError, match="already followed by another executor"):
-            await Executor.open(Registry(), ledger=ledger)
-    finally:
-        await first.close()
 
 
 class _AlwaysTaken:

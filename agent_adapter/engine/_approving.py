@@ -20,6 +20,7 @@ from ..ledger._events import (
     CallValidated,
     Event,
 )
+from ..ledger._follow import appending
 from ..ledger._recordable import recordable
 from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
@@ -254,6 +255,24 @@ async def refuse(
     key = (ctx.run_id, ctx.call_id)
     if key in self.state.outcomes or key in self.state.inflight:
         return False
+    mine = appending.set(self._follower)  # ours: never handed back to us
+    try:
+        await _refused(self, spec, args, ctx, reviewer, reason, source)
+    finally:
+        appending.reset(mine)
+    return True
+
+
+async def _refused(
+    self: Executor,
+    spec: ToolSpec,
+    args: Any,
+    ctx: CallContext,
+    reviewer: str,
+    reason: str,
+    source: str,
+) -> None:
+    """``refuse``'s records, appended in the executor's name."""
     clock = self._clock
     run = _Run(spec, ctx, clock())
     requested = CallRequested(
@@ -270,7 +289,7 @@ async def refuse(
     except ToolArgsInvalid as exc:
         requested.args = recordable(requested.args)  # (as in run_spec)
         await self._end(run, self._invalid(run, str(exc)), error=exc)
-        return True
+        return
     request_id = os.urandom(16).hex()
     self._emit(
         run,
@@ -291,4 +310,3 @@ async def refuse(
     )
     denied = _deny(self, run, request_id, call_digest, reviewer, source, reason)
     await self._end(run, denied)
-    return True

@@ -88,13 +88,21 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
                     same_args=same,
                 ),
             )
-        raise _ambiguous(
-            self,
-            run,
-            key,
-            f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
-            "whose outcome is unknown; resolve it with resolve_effect",
-        )
+        if state.status == "claimed":
+            # A claim whose call has not finished as far as we have heard: it may be
+            # running right now (here, in another executor, or another process), so
+            # nothing here may suggest resolving it by hand (that would run it twice).
+            reason = (
+                f"effect {key} is claimed by call {state.call_id} (run {state.run_id}), "
+                "which has not finished (it may still be running); it does not run "
+                "twice: ask again once that call has finished"
+            )
+        else:
+            reason = (
+                f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
+                "whose outcome is unknown; resolve it with resolve_effect"
+            )
+        raise _ambiguous(self, run, key, reason)
     self._emit(
         run,
         EffectClaimed(

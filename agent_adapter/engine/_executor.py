@@ -35,6 +35,7 @@ from ..ledger._events import (
     Event,
     HookFailed,
 )
+from ..ledger._follow import Follow, appending
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
 from ..ledger._recordable import recordable, text
@@ -137,6 +138,9 @@ class Executor:
         self._started = False
         # True once started on a ledger other processes may append to (see _apply_foreign).
         self._shared = False
+        # This executor as a follower of its ledger (see start): its appends are made in
+        # its name (``appending``), so that the ledger never hands them back to it.
+        self._follower: Follow | None = None
         self._start_lock: asyncio.Lock | None = None
         #: effect keys whose sync body is still running in a worker thread
         self._running_keys: dict[str, int] = {}
@@ -176,6 +180,8 @@ class Executor:
         """
         if self._started:
             return
+        if self._closed:
+            raise _closed_error()
         # One replay, whoever asks first (open, async with, or a first call): a second
         # replay running beside it could replace state that calls already changed.
         if self._start_lock is None:
@@ -183,6 +189,8 @@ class Executor:
         async with self._start_lock:
             if self._started:
                 return
+            if self._closed:
+                raise _closed_error()
             opener = getattr(self.ledger, "open", None)
             if opener is not None:
                 await opener()
@@ -233,9 +241,10 @@ class Executor:
             self.state = state
             follow = getattr(self.ledger, "follow", None)
             if follow is not None:
-                # A ledger shared with other processes hands us their events at each of
-                # our commits, and refuses our claim of a key they claimed first.
-                follow(self._apply_foreign, last)
+                # A ledger shared with other executors (other processes, or others on
+                # this object) hands us their events at each of our commits, and refuses
+                # our claim of a key they claimed first.
+                self._follower = follow(self._apply_foreign, last)
                 self._shared = hasattr(self.ledger, "catch_up")
             self._started = True
 
@@ -245,10 +254,23 @@ class Executor:
         await self.start()
 
     async def close(self) -> None:
-        """Close the ledger (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            await self.ledger.close()
+        """Stop following the ledger and close it, unless another executor still follows
+        the same ledger object: the last one to close closes it (idempotent).
+
+        A closed executor takes no more calls (``ToolUsageError``): its projections no
+        longer hear the others'. A call it still has running keeps its outcome, but a
+        claim of an effect key it makes from now on is refused by the ledger.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._started = False  # the next call asks start(), which refuses
+        follower = self._follower
+        if follower is not None:
+            follower.close()
+        if getattr(self.ledger, "followed", False):
+            return  # another executor's ledger object too: it stays open for them
+        await self.ledger.close()
 
     async def __aenter__(self) -> Executor:
         await self.start()
@@ -320,9 +342,13 @@ class Executor:
         """Append events outside any call (for records like ``effect.resolved``)."""
         for event in events:
             self.state.apply(event)
-        await self.ledger.append_many(events)
-        if self._observed:
-            await self._dispatch(events)
+        mine = appending.set(self._follower)  # ours: never handed back to us
+        try:
+            await self.ledger.append_many(events)
+            if self._observed:
+                await self._dispatch(events)
+        finally:
+            appending.reset(mine)
 
     async def _dispatch(self, events: list[Event]) -> None:
         for event in events:
@@ -416,6 +442,9 @@ class Executor:
         state._requested(requested)
         run.buffer.append(requested)
         token = None
+        # Every append of this call (a port's too) is ours: the ledger never hands it
+        # back to us, and settles our claims against the other followers'.
+        mine = appending.set(self._follower)
         try:
             try:
                 validated, call_digest = _validated(spec, args)
@@ -490,6 +519,7 @@ class Executor:
                         )
             raise
         finally:
+            appending.reset(mine)
             if token is not None:
                 _current.reset(token)
 
@@ -635,6 +665,12 @@ def get_default_executor() -> Executor:
     if _default is None:
         _default = Executor()
     return _default
+
+
+def _closed_error() -> ToolUsageError:
+    return ToolUsageError(
+        "this executor is closed; open a new one on the ledger to make more calls"
+    )
 
 
 def _unpin_done(state: Projection, run_id: str, task: asyncio.Future[Any]) -> None:

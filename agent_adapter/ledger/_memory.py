@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
 
+from ..errors import LedgerError
 from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
-from ._events import Event, decode_event
+from ._events import EffectClaimed, Event, decode_event
+from ._follow import Follow, appending
 from ._recordable import PAYLOADS
 from ._recordable import payload as checked_payload
+
+_log = logging.getLogger("agent_adapter.ledger")
 
 __all__ = ["MemoryLedger"]
 
@@ -17,6 +22,13 @@ class MemoryLedger:
 
     Appends are synchronous under the hood (no await between taking the last hash and
     storing the record), so concurrent tasks always get a gap-free, valid chain.
+
+    Several executors may share one MemoryLedger: each follows it (``follow``), and each
+    append hands its events to every follower but the one appending, before it returns.
+    Since an executor checks an effect key and appends its claim with no await between,
+    the others have applied that claim before any of them can check the key again: a
+    key runs once across them. (A subclass that awaits inside ``append_many`` before
+    storing gives that up: it has no write transaction to refuse a claim in.)
     """
 
     def __init__(self, *, key: bytes | None = None) -> None:
@@ -24,6 +36,7 @@ class MemoryLedger:
         self._records: list[Record] = []
         self._last_hash = ""
         self._closed = False
+        self._follows: tuple[Follow, ...] = ()
 
     @property
     def records(self) -> list[Record]:
@@ -40,9 +53,13 @@ class MemoryLedger:
 
     async def append_many(self, events: Sequence[Event]) -> list[Event]:
         """Store ``events`` contiguously, in order: all of them, or none (``UnrecordableEvent``)."""
+        owner = appending.get()
+        if owner is not None and owner.closed:
+            self._refuse_closed(owner, events)
+        start = len(self._records)
         if self._key is not None:
             records = []
-            seq, prev = len(self._records), self._last_hash
+            seq, prev = start, self._last_hash
             try:
                 for event in events:
                     seq += 1
@@ -54,6 +71,8 @@ class MemoryLedger:
                 raise
             self._records.extend(records)
             self._last_hash = prev
+            if self._follows:
+                self._hand_over(owner, start)
             return list(events)
         # make_record inlined for the unkeyed chain (the executor's per-call path appends
         # 2-4 events at a time): the same payload, hash and Record, with the lookups
@@ -61,7 +80,7 @@ class MemoryLedger:
         # are stored once all of them are built: a refused event leaves nothing behind.
         tags = _TAGS
         payloads = PAYLOADS
-        seq = len(self._records)
+        seq = start
         prev = self._last_hash
         built: list[Record] = []
         keep = built.append
@@ -101,7 +120,59 @@ class MemoryLedger:
             raise
         self._records.extend(built)
         self._last_hash = prev
+        follows = self._follows
+        if follows and (len(follows) > 1 or follows[0] is not owner):
+            self._hand_over(owner, start)
         return list(events)
+
+    # -- followers (several executors on one object) -------------------------------------
+
+    def follow(self, apply: Callable[[Event], None], after: int) -> Follow:
+        """Hand ``apply`` every event someone else appends from now on (``Executor.start``
+        calls it), and at once those past seq ``after`` (what it has read already).
+
+        Each append hands its events (decoded from the stored bytes, as ``read`` returns
+        them) to every follower but its own, in seq order, before it returns; an append
+        is a follower's own while ``_follow.appending`` holds it (the executor sets it).
+        ``close()`` on the returned ``Follow`` ends it (``Executor.close`` does).
+        """
+        follower = Follow(self, apply, after)
+        for record in self._records[after:]:
+            _hand(follower, _decoded(record))
+        self._follows = (*self._follows, follower)
+        return follower
+
+    def _unfollow(self, follower: Follow) -> None:
+        self._follows = tuple(f for f in self._follows if f is not follower)
+
+    @property
+    def followed(self) -> bool:
+        """True while some executor follows this ledger object (it closes the ledger
+        when it closes only if this is False by then)."""
+        return bool(self._follows)
+
+    async def catch_up(self) -> None:
+        """Nothing to wait for: every append hands its events to the followers before it
+        returns. Present for the protocol of a shared store."""
+
+    def _hand_over(self, owner: Follow | None, start: int) -> None:
+        """Hand the records from ``start`` on to every follower but ``owner``."""
+        others = [f for f in self._follows if f is not owner]
+        if not others:
+            return
+        events = [_decoded(record) for record in self._records[start:]]
+        for follower in others:
+            for event in events:
+                _hand(follower, event)
+
+    def _refuse_closed(self, owner: Follow, events: Sequence[Event]) -> None:
+        # A closed executor no longer hears the others: its claim could run an effect
+        # twice. Its other events (outcomes of calls it had running) are kept.
+        if owner.ledger is self and any(isinstance(e, EffectClaimed) for e in events):
+            raise LedgerError(
+                "the executor that made this call was closed; its effect claim was not "
+                "written and its body does not run"
+            )
 
     async def read(
         self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None
@@ -115,9 +186,7 @@ class MemoryLedger:
                 continue
             if call_id is not None and record.call_id != call_id:
                 continue
-            event = decode_event(record.payload)
-            event.seq, event.prev, event.hash = record.seq, record.prev, record.hash
-            yield event
+            yield _decoded(record)
 
     async def verify(self) -> Verification:
         """Check the whole chain."""
@@ -126,6 +195,19 @@ class MemoryLedger:
     async def close(self) -> None:
         """Nothing to release; present for the protocol."""
         self._closed = True
+
+
+def _decoded(record: Record) -> Event:
+    event = decode_event(record.payload)
+    event.seq, event.prev, event.hash = record.seq, record.prev, record.hash
+    return event
+
+
+def _hand(follower: Follow, event: Event) -> None:
+    try:
+        follower.apply(event)
+    except Exception:  # a follower's bug must not stop the others' events
+        _log.exception("applying seq %d from another executor failed", event.seq)
 
 
 def _unchain(events: Sequence[Event]) -> None:

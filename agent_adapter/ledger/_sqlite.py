@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import LedgerError
 from ._chain import Verification
 from ._events import Event, decode_event
-from ._follow import Follow
+from ._follow import Follow, appending
 from ._sqlite_files import (
     _FORMAT,
     _SCHEMA,
@@ -113,7 +113,7 @@ class SQLiteLedger:
         self._staged: list[_Batch] = []
         self._kick_scheduled = False
         self._closed = False
-        self._follow: Follow | None = None
+        self._follows: tuple[Follow, ...] = ()  # replaced whole: the writer reads it
 
     def __repr__(self) -> str:
         if self.readonly:
@@ -282,26 +282,41 @@ class SQLiteLedger:
             raise LedgerError(self._readonly_message)
         await self.open()
 
-    def follow(self, apply: Callable[[Event], None], after: int) -> None:
-        """Keep a projection up with other writers (called by ``Executor.start``).
+    def follow(self, apply: Callable[[Event], None], after: int) -> Follow:
+        """Keep a projection up with everyone else's appends (``Executor.start`` calls it).
 
-        From now on, before an append returns, ``apply`` is called (on this loop, in seq
-        order) with every event other processes committed since the follower's last
-        append or since seq ``after`` (what it has already read); and an append holding
-        ``effect.claimed`` is refused with ``EffectTaken`` (nothing written) when another
-        writer claimed the same key after what the follower had applied. One follower
-        per ledger object.
+        From now on, before an append of this follower's returns, ``apply`` is called (on
+        this loop, in seq order) with every event someone else committed since it last
+        heard, or since seq ``after`` (what it has read already): other processes, the
+        object's other followers, and appends of nobody's. Never with its own: an append
+        is the follower's while ``_follow.appending`` holds it (the executor sets it). And
+        an append of its own holding ``effect.claimed`` is refused with ``EffectTaken``
+        (nothing of it written) when someone else claimed the same key after what the
+        follower had applied, or earlier in the same group commit.
+
+        A ledger object serves any number of followers, each with these guarantees.
+        ``close()`` on the returned ``Follow`` ends it (``Executor.close`` does).
         """
-        if self._follow is not None and self._follow.apply != apply:
-            raise LedgerError(
-                f"ledger {self.path} is already followed by another executor; give each "
-                "executor its own SQLiteLedger object (they may share the file)"
-            )
-        self._follow = Follow(apply, after, asyncio.get_running_loop())
+        follower = Follow(self, apply, after, asyncio.get_running_loop())
+        self._follows = (*self._follows, follower)
+        return follower
+
+    def _unfollow(self, follower: Follow) -> None:
+        self._follows = tuple(f for f in self._follows if f is not follower)
+
+    @property
+    def followed(self) -> bool:
+        """True while some executor follows this ledger object (it closes the ledger
+        when it closes only if this is False by then)."""
+        return bool(self._follows)
 
     async def catch_up(self) -> None:
-        """Hand the follower what other writers committed until now (one empty commit)."""
-        if self._follow is None:
+        """Hand every follower of this object what others committed until now.
+
+        One empty commit: after it, each follower has been handed everything committed
+        by anyone else up to it, whoever calls this.
+        """
+        if not self._follows:
             return
         if self._writer is None:
             await self._open_for_appends()
@@ -318,8 +333,14 @@ class SQLiteLedger:
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        follow = self._follow
-        self._staged.append(_Batch(events, future, follow.horizon if follow is not None else 0))
+        owner = appending.get()
+        if owner is None or owner.ledger is not self:
+            self._staged.append(_Batch(events, future))
+        else:
+            # The horizon is read and the batch counted together (no await between):
+            # Follow.committed relies on it.
+            owner.staged += 1
+            self._staged.append(_Batch(events, future, owner.horizon, owner))
         if not self._kick_scheduled:
             # Hand everything staged in this loop iteration to the writer at once: all
             # appenders woken by one commit join the next one together.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import sqlite3
 import threading
@@ -30,8 +31,8 @@ import msgspec
 
 from ..errors import LedgerError
 from ._chain import chain_hash, make_record
-from ._events import Event
-from ._follow import Follow
+from ._events import EffectClaimed, Event, decode_event
+from ._follow import Follow, read_since
 from ._recordable import UnrecordableEvent
 from ._sqlite_files import (
     _SNAPSHOT_TRIES,
@@ -54,6 +55,11 @@ _INSERT = (
 )
 _STOP = object()
 _astuple = msgspec.structs.astuple
+_log = logging.getLogger("agent_adapter.ledger")
+
+# One written batch, for the followers that did not append it: (its owner, its events,
+# its rows in the column order of _INSERT).
+_Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
 
 
 def _deliver(
@@ -76,15 +82,23 @@ def _deliver(
 class _Batch:
     """One ``append``/``append_many`` call: its events and the future its caller awaits.
 
-    ``horizon``: the follower's horizon when the batch was staged (see ``_follow``).
+    ``owner``: the follower that appended it (None: nobody's); ``horizon``: the owner's
+    horizon when the batch was staged (see ``_follow``).
     """
 
-    __slots__ = ("error", "events", "future", "horizon")
+    __slots__ = ("error", "events", "future", "horizon", "owner")
 
-    def __init__(self, events: list[Event], future: asyncio.Future[None], horizon: int = 0) -> None:
+    def __init__(
+        self,
+        events: list[Event],
+        future: asyncio.Future[None],
+        horizon: int = 0,
+        owner: Follow | None = None,
+    ) -> None:
         self.events = events
         self.future = future
         self.horizon = horizon
+        self.owner = owner
         self.error: BaseException | None = None
 
 
@@ -246,19 +260,49 @@ class _Writer(_Worker):
                 except queue.Empty:
                     break
             if batches:
-                follow = self._ledger._follow
-                followed = self._write(conn, batches, follow)
-                if follow is not None and followed is not None:
-                    # Before the waiters wake: a refused claim finds its cause applied.
-                    foreign, through = followed
-                    follow.committed(foreign, through, batches[-1].horizon)
-                    if foreign:
-                        # (Without foreign events the horizon may lag: it only matters
-                        # against foreign claims, and those always come this way.)
-                        follow.deliver(foreign, through)
+                follows = self._ledger._follows
+                done = self._write(conn, batches, follows)
+                # Before the waiters wake: a refused claim finds its cause applied.
+                self._hand_over(follows, batches, done)
                 self._wake(batches)
             if stop:
                 return
+
+    @staticmethod
+    def _hand_over(
+        follows: tuple[Follow, ...],
+        batches: list[_Batch],
+        done: tuple[list[Event], int, list[_Written]] | None,
+    ) -> None:
+        """After a commit: hand each follower what it did not append and has not heard.
+
+        That is the other writers' events read in the transaction (past what it had
+        heard) and this commit's batches that are not its own, in seq order.
+        """
+        last: dict[Follow, int] = {}
+        for batch in batches:
+            owner = batch.owner
+            if owner is not None:
+                owner.written += 1  # taken, whatever became of it
+                last[owner] = batch.horizon
+        if done is None or not follows:
+            return
+        foreign, through, written = done
+        decoded: dict[int, list[Event]] = {}
+        for follow in follows:
+            delivered = follow.delivered
+            heard = [e for e in foreign if e.seq > delivered] if foreign else []
+            for i, (owner, events, rows) in enumerate(written):
+                if owner is not follow:
+                    theirs = decoded.get(i)
+                    if theirs is None:
+                        theirs = decoded[i] = _decoded(events, rows)
+                    heard.extend(theirs)
+            follow.committed(heard, through, last.get(follow, 0))
+            if heard:
+                # (With nothing new the horizon may lag: it only matters against others'
+                # claims, and those always come this way.)
+                follow.deliver(heard, through)
 
     @staticmethod
     def _wake(batches: list[_Batch]) -> None:
@@ -271,16 +315,17 @@ class _Writer(_Worker):
                 loop.call_soon_threadsafe(_settle_batches, group)
 
     def _write(
-        self, conn: sqlite3.Connection, batches: list[_Batch], follow: Follow | None
-    ) -> tuple[list[Event], int] | None:
-        """Commit ``batches``; with a follower, (other writers' new events, last seq)."""
+        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
+    ) -> tuple[list[Event], int, list[_Written]] | None:
+        """Commit ``batches``: (others' events since the followers last heard, the last
+        seq, the written batches), or None when the transaction failed."""
         deadline = time.monotonic() + self._wait_s
         pause = 0.001
         while True:
             for batch in batches:
                 batch.error = None
             try:
-                return self._transaction(conn, batches, follow)
+                return self._transaction(conn, batches, follows)
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -309,8 +354,8 @@ class _Writer(_Worker):
             return None
 
     def _transaction(
-        self, conn: sqlite3.Connection, batches: list[_Batch], follow: Follow | None
-    ) -> tuple[list[Event], int]:
+        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
+    ) -> tuple[list[Event], int, list[_Written]]:
         conn.execute("BEGIN IMMEDIATE")
         # Inside the write lock: another process may have appended since our last commit.
         head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
@@ -337,17 +382,40 @@ class _Writer(_Worker):
                     f"{at}: events were deleted from the end (or replaced); appends are "
                     "refused so that the evidence stays (see ledger verify)"
                 )
-        # What other writers committed since our last commit: handed to the follower,
-        # and the claims in it refuse the batches that claim the same key.
-        foreign = follow.read_foreign(conn, seq) if follow is not None else []
+        # What other writers committed since the followers last heard: handed to them,
+        # and the claims in it refuse their batches that claim the same key.
+        foreign: list[Event] = []
+        if follows:
+            since = min(f.delivered for f in follows)
+            if seq > since:
+                foreign = read_since(conn, since)
+        # Batches of several owners in one transaction: a key claimed by an earlier one
+        # refuses the later ones of other owners (the first wins).
+        here: dict[str, tuple[int, Follow | None]] | None = (
+            {} if follows and _mixed(batches) else None
+        )
+        written: list[_Written] = []
         rows: list[tuple[Any, ...]] = []
         for batch in batches:
-            if follow is not None:
-                taken = follow.refused(batch.events, batch.horizon, foreign)
-                if taken is not None:
-                    batch.error = taken
-                    _unchain(batch.events)
-                    continue
+            owner = batch.owner
+            if owner is not None:
+                if owner.closed:
+                    if any(isinstance(e, EffectClaimed) for e in batch.events):
+                        # Its projection no longer hears the others: its claim could run
+                        # an effect twice.
+                        batch.error = LedgerError(
+                            f"ledger {self._path}: the executor that made this call was "
+                            "closed; its effect claim was not written and its body does "
+                            "not run"
+                        )
+                        _unchain(batch.events)
+                        continue
+                else:
+                    taken = owner.refused(batch.events, batch.horizon, foreign, here)
+                    if taken is not None:
+                        batch.error = taken
+                        _unchain(batch.events)
+                        continue
             chained: list[tuple[Any, ...]] = []
             try:
                 at, link = seq, prev
@@ -368,13 +436,42 @@ class _Writer(_Worker):
                 continue
             rows.extend(chained)
             seq, prev = at, link
+            if here is not None:
+                for event in batch.events:
+                    if isinstance(event, EffectClaimed):
+                        here.setdefault(event.key, (event.seq, owner))
+            if follows:
+                written.append((owner, batch.events, chained))
         if rows:
             conn.executemany(_INSERT, rows)
             # In the same transaction: the head is exactly as durable as the events.
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
             conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
         conn.execute("COMMIT")
-        return foreign, seq
+        return foreign, seq, written
+
+
+def _mixed(batches: list[_Batch]) -> bool:
+    """Whether ``batches`` have more than one owner (nobody counts as one)."""
+    first = batches[0].owner
+    return any(batch.owner is not first for batch in batches)
+
+
+def _decoded(events: list[Event], rows: list[tuple[Any, ...]]) -> list[Event]:
+    """A written batch as another follower gets it: decoded from the stored bytes (as a
+    reader would), so that no two followers share an event object with its appender."""
+    out = []
+    for event, (seq, _type, _run, _call, _tool, _ts, payload, prev, hash_) in zip(
+        events, rows, strict=True
+    ):
+        try:
+            copy = decode_event(payload)
+        except Exception:  # what we just encoded: never expected; the event as appended
+            _log.exception("seq %d cannot be decoded for the other followers", seq)
+            copy = event
+        copy.seq, copy.prev, copy.hash = seq, prev, hash_
+        out.append(copy)
+    return out
 
 
 def _unchain(events: list[Event]) -> None:
