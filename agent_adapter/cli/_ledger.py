@@ -124,8 +124,8 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
         events = [e async for e in ledger.read()]
         verification = await ledger.verify()
     audit = replay(events, verification)
+    problems = audit.problems()
     if args.json:
-        problems = [msgspec.to_builtins(p) for p in audit.problems()]
         calls = [
             {
                 "run_id": r.run_id,
@@ -136,15 +136,21 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
                 "approvals": msgspec.to_builtins(r.approvals),
                 "outcome": r.outcome,
                 "duration_ms": r.duration_ms,
+                "effect_key": r.effect.key if r.effect is not None else None,
             }
             for r in audit.calls.values()
         ]
-        report = {"calls": calls, "chain": msgspec.to_builtins(audit.chain), "problems": problems}
+        report = {
+            "calls": calls,
+            "effects": [msgspec.to_builtins(e) for e in audit.effects.values()],
+            "chain": msgspec.to_builtins(audit.chain),
+            "problems": [msgspec.to_builtins(p) for p in problems],
+        }
         print(json.dumps(report), file=out)
     else:
         for line in render_audit(audit, args.style):
             print(line, file=out)
-    return 1 if audit.problems() else 0
+    return 1 if problems else 0
 
 
 async def cmd_ledger_export(args: argparse.Namespace, out: IO[str]) -> int:

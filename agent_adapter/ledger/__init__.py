@@ -1,6 +1,14 @@
 """The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
 
-from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
+from ._audit import (
+    ApprovalRecord,
+    Audit,
+    CallRecord,
+    EffectRecord,
+    EffectResolution,
+    Problem,
+    replay,
+)
 from ._chain import Record, Verification, chain_hash, verify_records
 from ._events import (
     OUTCOME_TAGS,
@@ -66,6 +74,8 @@ __all__ = [
     "CallTimedOut",
     "CallValidated",
     "EffectClaimed",
+    "EffectRecord",
+    "EffectResolution",
     "EffectResolved",
     "Event",
     "GuardChecked",
