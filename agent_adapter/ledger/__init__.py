@@ -9,7 +9,7 @@ from ._audit import (
     Problem,
     replay,
 )
-from ._chain import Record, Verification, chain_hash, verify_records
+from ._chain import Record, Verification, chain_hash, check_chain, verify_records
 from ._events import (
     OUTCOME_TAGS,
     ApprovalAnswered,
@@ -90,6 +90,7 @@ __all__ = [
     "UnknownEvent",
     "Verification",
     "chain_hash",
+    "check_chain",
     "decode_event",
     "encode_event",
     "replay",

@@ -7,16 +7,27 @@ ambiguous and not resolved (a call that timed out, was cancelled or failed with
 call with no outcome, two outcomes for one call, and a broken chain. Which outcome
 commits, frees or leaves a key ambiguous is the rule of ``_effect_keys``, the one the
 executor's projection folds by.
+
+Without a store's ``verify()`` result, ``replay`` checks the chain itself: each event's
+hash is recomputed from its canonical bytes (the event re-encoded with ``seq``,
+``prev`` and ``hash`` at their defaults, as ``make_record`` encoded it), see
+``check_chain``. Two kinds of event cannot be re-encoded to the bytes that were stored:
+an ``UnknownEvent`` (a type written by a newer version) and an event with fields this
+version does not know (they are dropped on decoding). The first is not checked and the
+chain is reported as "cannot be checked"; the second does not match its hash and is
+reported as such, its reason naming that possibility. Neither is ever reported as ok,
+and neither raises: ``Ledger.verify()`` and an exported file keep the stored bytes and
+check them exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import cast
 
 import msgspec
 
-from ._chain import Verification
+from ._chain import Verification, check_chain
 from ._effect_keys import AMBIGUOUS, status_after_outcome, status_after_resolve
 from ._events import (
     _ALL,
@@ -30,6 +41,8 @@ from ._events import (
     EffectClaimed,
     EffectResolved,
     Event,
+    UnknownEvent,
+    _encoder,
     _Outcome,
 )
 
@@ -238,15 +251,54 @@ def _why_ambiguous(record: CallRecord) -> str:
     return f"ended with {outcome}"
 
 
-def replay(events: Iterable[Event], verification: Verification | None = None) -> Audit:
+def _links(events: list[Event]) -> Iterator[tuple[int, str, str, bytes | None]]:
+    """Each event's chain fields and canonical bytes: encoded with ``seq``, ``prev`` and
+    ``hash`` at their defaults, as ``make_record`` encoded it for the store."""
+    encode = _encoder.encode
+    for event in events:
+        seq, prev, stored = event.seq, event.prev, event.hash
+        if isinstance(event, UnknownEvent):
+            # A newer version's type: its stored bytes cannot be rebuilt from what
+            # decoding kept, so its hash is not checked (and the chain is not ok).
+            yield seq, prev, stored, None
+            continue
+        event.seq, event.prev, event.hash = 0, "", ""
+        try:
+            payload: bytes | None = encode(event)
+        except Exception:
+            # Only an event built by hand can hold what does not encode (a lone
+            # surrogate, say): not checkable, never a crash.
+            payload = None
+        finally:
+            event.seq, event.prev, event.hash = seq, prev, stored
+        yield seq, prev, stored, payload
+
+
+def replay(
+    events: Iterable[Event],
+    verification: Verification | None = None,
+    *,
+    key: bytes | None = None,
+) -> Audit:
     """Fold ``events`` (in seq order) into an ``Audit``.
 
-    Pass ``await ledger.verify()`` as ``verification`` to include the stored-bytes check;
-    without it, the seq and ``prev`` links of the events themselves are checked (a
-    deleted or reordered event is found, an altered payload needs ``verify()``).
+    Pass ``await ledger.verify()`` as ``verification`` to use the store's check of its
+    stored bytes (``key`` is then not used). Without it, the chain is checked from the
+    events themselves: seq continuity, each ``prev`` link, and each hash recomputed from
+    the event's canonical bytes (``check_chain``), so an altered event is found without
+    the store. A keyed (HMAC) chain is checked with ``key``; without it (or with another
+    key) the audit says the chain cannot be checked, never ok and never altered. See
+    the module docstring for events this version cannot re-encode byte for byte.
     """
     events = events if isinstance(events, list) else list(events)
-    chain = verification if verification is not None else _links_checked(events)
+    if verification is not None:
+        chain: Verification | None = verification
+    elif not events:
+        chain = Verification(ok=True, checked=0)
+    elif any(e.hash for e in events):
+        chain = check_chain(_links(events), key, reencoded=True)
+    else:
+        chain = None  # no hashes at all: nothing to check, and nothing claimed checked
     calls: dict[tuple[str, str], CallRecord] = {}
     effects: dict[str, EffectRecord] = {}
     outcomes = _OUTCOME_CLASSES
@@ -318,31 +370,6 @@ def replay(events: Iterable[Event], verification: Verification | None = None) ->
                 )
             )
     return Audit(calls=calls, chain=chain, events=len(events), effects=effects)
-
-
-def _links_checked(events: list[Event]) -> Verification:
-    """The seq and ``prev`` links of the events themselves (not their hashes)."""
-    expected_seq = 1
-    prev = ""
-    for count, event in enumerate(events):
-        if event.seq:
-            if event.seq != expected_seq:
-                return Verification(
-                    ok=False,
-                    checked=count,
-                    first_bad_seq=min(event.seq, expected_seq),
-                    reason=f"seq {expected_seq} is missing (found {event.seq})",
-                )
-            if event.prev != prev:
-                return Verification(
-                    ok=False,
-                    checked=count,
-                    first_bad_seq=event.seq,
-                    reason=f"seq {event.seq} does not link to the previous hash",
-                )
-            expected_seq = event.seq + 1
-            prev = event.hash
-    return Verification(ok=True, checked=len(events))
 
 
 def _resolve(effects: dict[str, EffectRecord], event: EffectResolved) -> None:
