@@ -906,6 +906,12 @@ def test_file_that_is_not_a_ledger_is_refused_unchanged(
 ) -> None:
     """A text or empty file: one line naming it, exit 1, the file unchanged."""
     content, message = BAD_FILES[kind]
+    if kind == "text" and command[:2] in (["ledger", "verify"], ["ledger", "audit"]):
+        # These two also read an exported ledger, and say why this is not one either.
+        message = (
+            "{db} is not a ledger (not an SQLite database, nor an exported JSON-lines ledger: "
+            "line 1 is not JSON (JSON is malformed: invalid character (byte 0)))"
+        )
     db = tmp_path / "notes.db"
     db.write_bytes(content)
     done = cli(*command, "--db", str(db))

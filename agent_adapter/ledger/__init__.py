@@ -44,6 +44,7 @@ from ._events import (
     decode_event,
     encode_event,
 )
+from ._export import export_line, parse_export_line
 from ._memory import MemoryLedger
 from ._protocol import Ledger
 
@@ -93,6 +94,8 @@ __all__ = [
     "check_chain",
     "decode_event",
     "encode_event",
+    "export_line",
+    "parse_export_line",
     "replay",
     "verify_records",
 ]

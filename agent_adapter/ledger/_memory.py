@@ -99,6 +99,11 @@ class MemoryLedger:
             event.seq, event.prev, event.hash = record.seq, record.prev, record.hash
             yield event
 
+    async def read_records(self, after: int = 0) -> AsyncIterator[Record]:
+        """Stored records with seq > ``after``, in seq order, payloads as stored."""
+        for record in self._records[after:]:
+            yield record
+
     async def verify(self) -> Verification:
         """Check the whole chain."""
         return verify_records(self._records, self._key)
