@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import msgspec
+import pytest
 from _helpers import recorded
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from agent_adapter.ledger import (
     Record,
     UnknownEvent,
     Verification,
+    chain_hash,
     decode_event,
     encode_event,
     replay,
@@ -249,7 +251,7 @@ async def test_broken_chain_is_a_problem() -> None:
         replay(events).problems(),
     ] == [
         [Problem(kind="broken-chain", message="seq 3 is missing (found 4)", seq=3)],
-        [Problem(kind="broken-chain", message="seq 5 does not link to the previous hash", seq=5)],
+        [Problem(kind="broken-chain", message="seq 5 does not link to the hash of seq 4", seq=5)],
         [Problem(kind="broken-chain", message="seq 10 altered", seq=10)],
         [],
     ]
@@ -257,3 +259,170 @@ async def test_broken_chain_is_a_problem() -> None:
 
 async def _chained(ledger: MemoryLedger) -> list[Any]:
     return [e async for e in ledger.read()]
+
+
+# -- replay(events) alone: the chain recomputed from the events ------------------------
+
+REENCODED = (
+    "altered, or written by a newer version with fields this one does not read: "
+    "Ledger.verify() checks the stored bytes"
+)
+
+
+def _changed(value: Any) -> Any:
+    """Another value of the same JSON type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 0.5
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, 1]
+    assert isinstance(value, dict), value
+    return {**value, "added": 1}
+
+
+async def _read_back(key: bytes | None = None) -> tuple[MemoryLedger, list[Any]]:
+    ledger = MemoryLedger(key=key)
+    await _workload(ledger)
+    return ledger, await _chained(ledger)
+
+
+FIELDS = [
+    (index, name)
+    for index, event in enumerate(decode_event(r.payload) for r in RECORDS)
+    for name in ["seq", "prev", "hash", *msgspec.to_builtins(event)]
+    if name != "type" and not (name == "prev" and index == 0)
+]
+
+
+@pytest.mark.parametrize(("index", "name"), FIELDS, ids=[f"{i + 1}-{n}" for i, n in FIELDS])
+async def test_replay_alone_finds_any_changed_field(index: int, name: str) -> None:
+    """replay(events) with no verification: one field of one event changed (any field of
+    any event of a real ledger) is a broken-chain problem at that event's seq."""
+    _, events = await _read_back()
+    event = events[index]
+    value = getattr(event, name)
+    if name == "seq":
+        expected = Problem(
+            kind="broken-chain",
+            message=f"seq {index + 1} is missing (found {index + 2})",
+            seq=index + 1,
+        )
+    elif name == "prev":
+        expected = Problem(
+            kind="broken-chain",
+            message=f"seq {index + 1} does not link to the hash of seq {index}",
+            seq=index + 1,
+        )
+    else:
+        expected = Problem(
+            kind="broken-chain",
+            message=f"seq {index + 1} does not match its hash ({REENCODED})",
+            seq=index + 1,
+        )
+    events[index] = msgspec.structs.replace(event, **{name: _changed(value)})
+    assert replay(events).problems()[:1] == [expected]
+
+
+async def test_replay_alone_of_an_intact_ledger_checks_every_hash() -> None:
+    """An untouched ledger read back: the chain verifies from the events alone."""
+    ledger, events = await _read_back()
+    assert replay(events).chain == Verification(ok=True, checked=len(ledger.records))
+
+
+async def test_replay_alone_of_a_keyed_chain_needs_the_key() -> None:
+    """A keyed chain: without its key (or with another) the audit cannot check it, never
+    ok and never altered; with the key it verifies, and an altered event is named."""
+    key = b"k" * 32
+    ledger, events = await _read_back(key=key)
+    altered = [*events]
+    altered[4] = msgspec.structs.replace(altered[4], tool="other")
+    no_key = Verification(
+        ok=False,
+        checked=0,
+        reason="no event's hash is the SHA-256 of its bytes: the chain is keyed (HMAC) and "
+        "cannot be checked without its key, or every event was altered",
+    )
+    wrong_key = Verification(
+        ok=False,
+        checked=0,
+        reason="no event's hash verifies under this key: a wrong key, or a chain written "
+        "(or rewritten) without it",
+    )
+    assert [
+        replay(events).chain,
+        replay(altered).chain,
+        replay(events, key=b"other").chain,
+        replay(events, key=key).chain,
+        replay(altered, key=key).chain,
+    ] == [
+        no_key,
+        no_key,
+        wrong_key,
+        Verification(ok=True, checked=len(ledger.records)),
+        Verification(
+            ok=False,
+            checked=4,
+            first_bad_seq=5,
+            reason=f"seq 5 does not match its hash ({REENCODED})",
+        ),
+    ]
+    assert replay(events).problems() == [
+        Problem(kind="broken-chain", message=no_key.reason, seq=None)
+    ]
+
+
+def _chain_of(payloads: list[bytes]) -> list[Any]:
+    """Events decoded from a chain of these stored payloads, with their chain fields."""
+    events, prev = [], ""
+    for seq, payload in enumerate(payloads, 1):
+        stored = chain_hash(seq, prev, payload)
+        event = decode_event(payload)
+        event.seq, event.prev, event.hash = seq, prev, stored
+        events.append(event)
+        prev = stored
+    return events
+
+
+async def test_replay_alone_of_events_it_cannot_reencode() -> None:
+    """A newer version's event type is not checked (cannot be checked, never ok); a known
+    type with a field this version drops does not match (never ok); neither raises, and
+    the links past them are still checked."""
+    payloads = [r.payload for r in RECORDS[:3]]
+    newer = b'{"type":"call.teleported","ts":1.0,"run_id":"r","call_id":"c","to":"mars"}'
+    extra = b'{"type":"call.validated","ts":1.0,"run_id":"r","call_id":"c","digest":"d","later":1}'
+    with_newer = _chain_of([*payloads, newer, *payloads])
+    with_extra = _chain_of([*payloads, extra, *payloads])
+    relinked = [
+        *with_newer[:5],
+        msgspec.structs.replace(with_newer[5], prev="0" * 64),
+        *with_newer[6:],
+    ]
+    assert [replay(with_newer).chain, replay(with_extra).chain, replay(relinked).chain] == [
+        Verification(
+            ok=False,
+            checked=6,
+            reason="seq 4 cannot be re-encoded to its stored bytes by this version (an event "
+            "type it does not know, written by a newer one): its hash is not checked; check "
+            "the stored bytes with Ledger.verify() or `agent-adapter ledger verify`",
+        ),
+        Verification(
+            ok=False,
+            checked=3,
+            first_bad_seq=4,
+            reason=f"seq 4 does not match its hash ({REENCODED})",
+        ),
+        Verification(
+            ok=False, checked=5, first_bad_seq=6, reason="seq 6 does not link to the hash of seq 5"
+        ),
+    ]
+
+
+def test_replay_of_events_without_hashes_claims_no_check() -> None:
+    """Events built by hand (no hashes at all): the audit has no chain verdict, not "ok"."""
+    audit = replay([_ev(CallRequested, 1), _ev(CallSucceeded, 2)])
+    assert (audit.chain, audit.problems()) == (None, [])

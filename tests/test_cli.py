@@ -449,12 +449,13 @@ def test_verify_keyed_chain_needs_its_key(
     )
 
 
-def test_audit_prints_each_call_and_exits_zero_without_problems(
+def test_audit_prints_each_call_and_key_and_fails_on_the_ambiguous_one(
     built: Built, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`ledger audit`: one row per call with digest, approver and outcome; chain intact."""
+    """`ledger audit`: one row per call (digest, approver, outcome), one per effect key
+    with its status; the key the timed-out ship left ambiguous is a problem: exit 1."""
     code, out, err = run_main(capsys, "ledger", "audit", "--db", built.db)
-    assert (code, err) == (0, "")
+    assert (code, err) == (1, "")
     lines = out.splitlines()
     digests = {e.call_id: e.digest[:12] for e in built.events if e.type == "call.validated"}
     assert lines[0] == "calls: 5, events: 26"
@@ -466,23 +467,99 @@ def test_audit_prints_each_call_and_exits_zero_without_problems(
         ["r1", "c4", "ship", digests["c4"], "-", "call.timed_out"],
         ["r2", "c5", "refund", digests["c5"], "requested, no decision", "call.pending"],
     ]
-    assert lines[7:] == ["chain: intact (26 events verified)", "problems: none"]
+    assert lines[7] == "effect keys: 2"
+    assert [columns(line) for line in lines[8:11]] == [
+        ["key", "status", "run", "call", "outcome"],
+        ["refund:A1", "committed", "r1", "c2", "call.succeeded"],
+        ["ship:A1", "ambiguous", "r1", "c4", "call.timed_out"],
+    ]
+    assert lines[11:] == [
+        "chain: intact (26 events verified)",
+        "problems: 1",
+        "  ambiguous (seq 17): effect ship:A1: call c4 (ship) timed out after its body "
+        "started; the effect may or may not have happened, and no effect.resolved says which",
+    ]
+
+
+def test_audit_of_a_resolved_key_shows_who_and_exits_zero(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once `effects resolve` answered for the timed-out key, the audit names the answer
+    and has no problem: exit 0."""
+    assert (
+        run_main(
+            capsys,
+            "effects",
+            "resolve",
+            "ship:A1",
+            "--failed",
+            "--db",
+            built.db,
+            "--reviewer",
+            "ops",
+        )[0]
+        == 0
+    )
+    code, out, err = run_main(capsys, "ledger", "audit", "--db", built.db)
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert [columns(line) for line in lines[8:11]] == [
+        ["key", "status", "run", "call", "outcome"],
+        ["refund:A1", "committed", "r1", "c2", "call.succeeded"],
+        ["ship:A1", "resolved failed by ops", "r1", "c4", "call.timed_out"],
+    ]
+    assert lines[11:] == ["chain: intact (27 events verified)", "problems: none"]
 
 
 def test_audit_json_report(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
-    """`ledger audit --json` is one JSON object with calls, chain and problems."""
+    """`ledger audit --json` is one JSON object with calls, effect keys, chain and problems."""
     code, out, _ = run_main(capsys, "ledger", "audit", "--db", built.db, "--json")
-    assert code == 0
+    assert code == 1
     report = json.loads(out)
-    assert [(c["call_id"], c["outcome"]) for c in report["calls"]] == [
-        ("c1", "call.succeeded"),
-        ("c2", "call.succeeded"),
-        ("c3", "call.denied"),
-        ("c4", "call.timed_out"),
-        ("c5", "call.pending"),
+    assert [(c["call_id"], c["outcome"], c["effect_key"]) for c in report["calls"]] == [
+        ("c1", "call.succeeded", None),
+        ("c2", "call.succeeded", "refund:A1"),
+        ("c3", "call.denied", None),
+        ("c4", "call.timed_out", "ship:A1"),
+        ("c5", "call.pending", None),
+    ]
+    digests = {e.call_id: e.digest for e in built.events if e.type == "call.validated"}
+    assert report["effects"] == [
+        {
+            "key": "refund:A1",
+            "run_id": "r1",
+            "call_id": "c2",
+            "tool": "refund",
+            "digest": digests["c2"],
+            "seq": 9,
+            "outcome": "call.succeeded",
+            "status": "committed",
+            "resolution": None,
+        },
+        {
+            "key": "ship:A1",
+            "run_id": "r1",
+            "call_id": "c4",
+            "tool": "ship",
+            "digest": digests["c4"],
+            "seq": 19,
+            "outcome": "call.timed_out",
+            "status": "ambiguous",
+            "resolution": None,
+        },
     ]
     assert report["chain"] == {"ok": True, "checked": 26, "first_bad_seq": None, "reason": ""}
-    assert report["problems"] == []
+    assert report["problems"] == [
+        {
+            "kind": "ambiguous",
+            "message": "effect ship:A1: call c4 (ship) timed out after its body started; the "
+            "effect may or may not have happened, and no effect.resolved says which",
+            "run_id": "r1",
+            "call_id": "c4",
+            "seq": 17,
+            "key": "ship:A1",
+        }
+    ]
 
 
 def test_audit_tampered_ledger_fails_naming_the_seq(
@@ -492,9 +569,9 @@ def test_audit_tampered_ledger_fails_naming_the_seq(
     tamper(built.path, 5)
     code, out, err = run_main(capsys, "ledger", "audit", "--db", built.db)
     assert (code, err) == (1, "")
-    assert out.splitlines()[-3:] == [
+    assert out.splitlines()[-4:-1] == [
         "chain: broken at seq 5: seq 5 does not match its hash (altered)",
-        "problems: 1",
+        "problems: 2",
         "  broken-chain (seq 5): seq 5 does not match its hash (altered)",
     ]
 
@@ -519,8 +596,10 @@ def test_audit_reports_a_call_that_started_and_never_finished(
     asyncio.run(crash())
     code, out, _ = run_main(capsys, "ledger", "audit", "--db", built.db)
     assert code == 1
-    assert out.splitlines()[-2:] == [
-        "problems: 1",
+    assert out.splitlines()[-3:] == [
+        "problems: 2",
+        "  ambiguous (seq 17): effect ship:A1: call c4 (ship) timed out after its body "
+        "started; the effect may or may not have happened, and no effect.resolved says which",
         "  ambiguous (seq 27): call c9 (ship) started and has no outcome: its effect may or "
         "may not have happened",
     ]
@@ -813,6 +892,12 @@ WRITING = [
 ALL = READING + WRITING
 
 
+def status_on_fixture(command: list[str]) -> int:
+    """The exit status of a reading command on the ``built`` ledger: `ledger audit` fails
+    on it (the timed-out ship left its key ambiguous), the others succeed."""
+    return 1 if command[:2] == ["ledger", "audit"] else 0
+
+
 def ids(commands: list[list[str]]) -> list[str]:
     """Test ids: the command words."""
     return [" ".join(c[:2]) for c in commands]
@@ -855,6 +940,12 @@ def test_file_that_is_not_a_ledger_is_refused_unchanged(
 ) -> None:
     """A text or empty file: one line naming it, exit 1, the file unchanged."""
     content, message = BAD_FILES[kind]
+    if kind == "text" and command[:2] in (["ledger", "verify"], ["ledger", "audit"]):
+        # These two also read an exported ledger, and say why this is not one either.
+        message = (
+            "{db} is not a ledger (not an SQLite database, nor an exported JSON-lines ledger: "
+            "line 1 is not JSON (JSON is malformed: invalid character (byte 0)))"
+        )
     db = tmp_path / "notes.db"
     db.write_bytes(content)
     done = cli(*command, "--db", str(db))
@@ -1006,7 +1097,7 @@ def test_read_only_file_can_still_be_read(built: Built, command: list[str]) -> N
         done = cli(*command, "--db", built.db)
     finally:
         built.path.chmod(0o644)
-    assert (done.returncode, done.stderr) == (0, "")
+    assert (done.returncode, done.stderr) == (status_on_fixture(command), "")
     assert snapshot(built.path.parent) == before
 
 
@@ -1036,9 +1127,10 @@ def reading(command: list[str], built: Built) -> list[str]:
 @pytest.mark.parametrize("command", READING, ids=ids(READING))
 def test_reading_commands_do_not_wait_for_the_write_lock(built: Built, command: list[str]) -> None:
     """While another process holds the write lock, a reading command prints what it prints
-    without the lock (exit 0); the lock is held throughout, so it never waited for it."""
+    without the lock, with the same exit status; the lock is held throughout, so it never
+    waited for it."""
     expected = cli(*reading(command, built), "--db", built.db)
-    assert (expected.returncode, expected.stderr) == (0, "")
+    assert (expected.returncode, expected.stderr) == (status_on_fixture(command), "")
     before = snapshot(built.path.parent)
     holder = LockHolder(built.path)
     try:
@@ -1046,7 +1138,11 @@ def test_reading_commands_do_not_wait_for_the_write_lock(built: Built, command: 
         done = cli("--lock-timeout", "0.5", *reading(command, built), "--db", built.db)
     finally:
         assert holder.release() == 0
-    assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        status_on_fixture(command),
+        expected.stdout,
+        "",
+    )
     assert snapshot(built.path.parent) == before
 
 
@@ -1069,13 +1165,17 @@ def read_only_copy(built: Built, other_user: OtherUser) -> Any:
 def test_reading_commands_work_on_a_read_only_file_in_a_read_only_directory(
     built: Built, other_user: OtherUser, read_only_copy: Path, command: list[str]
 ) -> None:
-    """A user who cannot write the file or its directory gets the same output as the
-    owner, exit 0, and nothing changes (no -wal/-shm could be created, none is needed)."""
+    """A user who cannot write the file or its directory gets the same output and exit
+    status as the owner, and nothing changes (no -wal/-shm could be created, none is needed)."""
     expected = cli(*reading(command, built), "--db", built.db)
-    assert (expected.returncode, expected.stderr) == (0, "")
+    assert (expected.returncode, expected.stderr) == (status_on_fixture(command), "")
     before = snapshot(read_only_copy.parent)
     done = other_user.run(*reading(command, built), "--db", str(read_only_copy))
-    assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        status_on_fixture(command),
+        expected.stdout,
+        "",
+    )
     assert snapshot(read_only_copy.parent) == before
 
 

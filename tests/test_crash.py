@@ -15,6 +15,8 @@ from agent_adapter.errors import AmbiguousEffect, DuplicateEffect
 from agent_adapter.ledger import (
     CallAmbiguous,
     CallDuplicate,
+    EffectRecord,
+    EffectResolution,
     EffectResolved,
     MemoryLedger,
     Problem,
@@ -93,11 +95,13 @@ async def test_kill_during_effect_body_leaves_an_ambiguous_call(
     assert replay(events, verification).problems() == [
         Problem(
             kind="ambiguous",
-            message="call c1 (charge) started and has no outcome: its effect may or may not "
-            "have happened",
+            message="effect charge:A1: call c1 (charge) started and has no outcome (the "
+            "process died, or it is still running); the effect may or may not have happened, "
+            "and no effect.resolved says which",
             run_id="r1",
             call_id="c1",
             seq=1,
+            key="charge:A1",
         )
     ]
     async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
@@ -138,7 +142,28 @@ async def test_resolving_an_ambiguous_effect(
             prev=resolved.prev,
             hash=resolved.hash,
         )
-    # The resolution is in the file: a new executor (a restart) sees it too.
+    # The resolution is in the file: a new executor (a restart) sees it too, and the audit
+    # reports the key as resolved, the killed call as neither ambiguous nor unfinished.
+    async with SQLiteLedger(path) as ledger:
+        audit = replay([e async for e in ledger.read()], await ledger.verify())
+    assert (audit.problems(), audit.effects) == (
+        [],
+        {
+            "charge:A1": EffectRecord(
+                key="charge:A1",
+                run_id="r1",
+                call_id="c1",
+                tool="charge",
+                digest=audit.call("r1", "c1").digest,
+                seq=3,
+                outcome=None,
+                status="free" if outcome == "failed" else "committed",
+                resolution=EffectResolution(
+                    outcome=outcome, reviewer="ops", reason="checked the PSP", seq=5
+                ),
+            )
+        },
+    )
     async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
         assert executor.ambiguous_effects() == {}
         if outcome == "failed":

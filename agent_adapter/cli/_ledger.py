@@ -9,6 +9,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import msgspec
@@ -16,7 +17,8 @@ import msgspec
 if TYPE_CHECKING:
     from ..ledger import Event, Ledger
 
-from ._opening import CliError, open_ledger
+from ._exported import EXPORT_NOTE, export_events, is_export, read_export, verify_export
+from ._opening import CliError, open_ledger, read_key
 from ._render import (
     EVENT_HEADERS,
     clock_text,
@@ -125,7 +127,17 @@ def _tail_line(event: Event, args: argparse.Namespace) -> str:
 
 
 async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
-    """Check the hash chain; exit 0 only when it is intact."""
+    """Check the hash chain; exit 0 only when it is intact.
+
+    ``--db`` is an SQLite ledger, or a file ``ledger export`` wrote (told by content).
+    """
+    path = Path(args.db)
+    if is_export(path):
+        key = read_key(getattr(args, "key_file", None))
+        verification = verify_export(read_export(path), key)
+        print(verification_line(verification, args.style), file=out)
+        print(EXPORT_NOTE, file=out)
+        return 0 if verification.ok else 1
     async with open_ledger(args) as ledger:
         verification = await ledger.verify()
     print(verification_line(verification, args.style), file=out)
@@ -133,15 +145,26 @@ async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
-    """Replay the ledger into the per-call audit; exit 1 when it has problems."""
+    """Replay the ledger into the per-call audit; exit 1 when it has problems.
+
+    ``--db`` is an SQLite ledger, or a file ``ledger export`` wrote (told by content).
+    """
     from ..ledger import replay
 
-    async with open_ledger(args) as ledger:
-        events = [e async for e in ledger.read()]
-        verification = await ledger.verify()
+    path = Path(args.db)
+    exported = is_export(path)
+    if exported:
+        key = read_key(getattr(args, "key_file", None))
+        records = read_export(path)
+        verification = verify_export(records, key)
+        events = export_events(path, records)
+    else:
+        async with open_ledger(args) as ledger:
+            events = [e async for e in ledger.read()]
+            verification = await ledger.verify()
     audit = replay(events, verification)
+    problems = audit.problems()
     if args.json:
-        problems = [msgspec.to_builtins(p) for p in audit.problems()]
         calls = [
             {
                 "run_id": r.run_id,
@@ -152,20 +175,43 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
                 "approvals": msgspec.to_builtins(r.approvals),
                 "outcome": r.outcome,
                 "duration_ms": r.duration_ms,
+                "effect_key": r.effect.key if r.effect is not None else None,
             }
             for r in audit.calls.values()
         ]
-        report = {"calls": calls, "chain": msgspec.to_builtins(audit.chain), "problems": problems}
+        report = {
+            "calls": calls,
+            "effects": [msgspec.to_builtins(e) for e in audit.effects.values()],
+            "chain": msgspec.to_builtins(audit.chain),
+            "problems": [msgspec.to_builtins(p) for p in problems],
+        }
+        if exported:
+            report["note"] = EXPORT_NOTE.removeprefix("note: ")
         print(json.dumps(report), file=out)
     else:
         for line in render_audit(audit, args.style):
             print(line, file=out)
-    return 1 if audit.problems() else 0
+            if exported and line.startswith("chain:"):
+                print(EXPORT_NOTE, file=out)
+    return 1 if problems else 0
 
 
 async def cmd_ledger_export(args: argparse.Namespace, out: IO[str]) -> int:
-    """Every event as a JSON line (with seq, prev and hash), for other tools."""
+    """Every stored record as a JSON line (with seq, prev and hash), for other tools and
+    for ``audit``/``verify`` of the file: written from the stored bytes, so the file
+    checks exactly (``agent_adapter.ledger.export_line``)."""
+    from ..ledger import export_line
+
     async with open_ledger(args) as ledger:
-        async for e in ledger.read():
-            print(event_json(e), file=out)
+        read_records = getattr(ledger, "read_records", None)
+        if read_records is None:  # a store without stored bytes to give: decoded events
+            async for e in ledger.read():
+                print(event_json(e), file=out)
+            return 0
+        async for record in read_records():
+            try:
+                line = export_line(record)
+            except ValueError as exc:
+                raise CliError(f"{args.db}: {exc}; the export stops before it") from None
+            print(line.decode(), file=out)
     return 0

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
-    from ..ledger import Audit, Event, Verification
+    from ..ledger import Audit, EffectRecord, Event, Verification
 
 __all__ = [
     "EVENT_HEADERS",
@@ -198,8 +198,19 @@ def verification_line(verification: Verification, style: Style) -> str:
     )
 
 
+def _effect_status(effect: EffectRecord, style: Style) -> str:
+    # A resolved key says who answered and how, not only what the key is now.
+    if effect.resolution is not None:
+        who = effect.resolution.reviewer or "nobody"
+        return style.paint(f"resolved {effect.resolution.outcome} by {who}", "cyan")
+    if effect.status == "ambiguous":
+        return style.paint("ambiguous", "yellow")
+    return effect.status
+
+
 def render_audit(audit: Audit, style: Style) -> list[str]:
-    """The audit as lines: one row per call, the chain's verification, then the problems."""
+    """The audit as lines: one row per call, one per effect key with its status, the
+    chain's verification, then the problems."""
     rows = []
     for record in audit.calls.values():
         digest = short(record.digest)
@@ -218,6 +229,20 @@ def render_audit(audit: Audit, style: Style) -> list[str]:
     lines = [f"calls: {len(audit.calls)}, events: {audit.events}"]
     headers = ("run", "call", "tool", "args digest", "approval", "outcome")
     lines += ["  " + row for row in table(headers, rows, style)]
+    lines.append(f"effect keys: {len(audit.effects)}")
+    if audit.effects:
+        effect_rows = [
+            [
+                effect.key,
+                _effect_status(effect, style),
+                effect.run_id or "-",
+                effect.call_id or "-",
+                style.tag(effect.outcome) if effect.outcome else "(none)",
+            ]
+            for effect in audit.effects.values()
+        ]
+        effect_headers = ("key", "status", "run", "call", "outcome")
+        lines += ["  " + row for row in table(effect_headers, effect_rows, style)]
     if audit.chain is not None:
         lines.append(verification_line(audit.chain, style))
     problems = audit.problems()

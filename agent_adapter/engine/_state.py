@@ -16,6 +16,13 @@ from typing import Any
 
 import msgspec
 
+from ..ledger._effect_keys import (
+    AMBIGUOUS,
+    COMMITTED,
+    FREE,
+    status_after_outcome,
+    status_after_resolve,
+)
 from ..ledger._events import (
     ApprovalRequested,
     CallAmbiguous,
@@ -68,7 +75,6 @@ class _InFlight(msgspec.Struct, kw_only=True):
 # these checks run for every call's outcome.
 _COUNT_ALWAYS = (CallCached, CallDuplicate, CallAmbiguous)
 _COUNT_IF_MARKED = (CallCancelled, CallFailed)
-_BODY_RAN = (CallSucceeded, CallBlocked)
 
 
 class _History:
@@ -170,7 +176,7 @@ class Projection:
         """
         for state in self.effects.values():
             if state.status == "claimed":
-                state.status = "ambiguous"
+                state.status = AMBIGUOUS  # a claim with no outcome (_effect_keys)
         self.inflight = {key: call for key, call in self.inflight.items() if call.started}
 
     # -- handlers ------------------------------------------------------------------------
@@ -219,15 +225,16 @@ class Projection:
         return call
 
     def _resolved(self, event: EffectResolved) -> None:
-        if event.outcome == "failed":
+        # The rule is the ledger's (status_after_resolve), shared with the audit.
+        if status_after_resolve(event) == FREE:
             self.effects.pop(event.key, None)
         else:
             state = self.effects.get(event.key)
             if state is not None:
-                state.status = "committed"
+                state.status = COMMITTED
             else:
                 self.effects[event.key] = EffectState(
-                    status="committed", run_id=event.run_id, call_id=event.call_id, digest=""
+                    status=COMMITTED, run_id=event.run_id, call_id=event.call_id, digest=""
                 )
 
     def _started(self, event: CallStarted) -> None:
@@ -370,23 +377,22 @@ class Projection:
 
     def _settle_effect(self, key: str, event: Event) -> None:
         state = self.effects.get(key)
-        if state is None or state.status == "committed":
+        if state is None or state.status == COMMITTED:
             return
-        if state.status == "ambiguous" and (state.run_id, state.call_id) != (
+        if state.status == AMBIGUOUS and (state.run_id, state.call_id) != (
             event.run_id,
             event.call_id,
         ):
             return
         # (An ambiguous key's own claimer reporting its outcome: a call another process
         # was still running when this executor replayed and settled it as ambiguous.)
-        if isinstance(event, _BODY_RAN):
-            # A blocked outcome here is an output guard: the body did run.
-            state.status = "committed"
-        elif isinstance(event, CallFailed) and (event.error_kind == "tool-error" or not event.ran):
-            # The tool says it did nothing, or the body never ran: the key is free again.
+        # Which outcome commits, frees or leaves the key ambiguous is the ledger's rule
+        # (status_after_outcome), the one the audit reports by: they cannot disagree.
+        status = status_after_outcome(event)
+        if status == FREE:
             del self.effects[key]
         else:
-            state.status = "ambiguous"
+            state.status = status
 
     # -- queries -------------------------------------------------------------------------
 

@@ -1,7 +1,15 @@
 """The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
 
-from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
-from ._chain import Record, Verification, chain_hash, verify_records
+from ._audit import (
+    ApprovalRecord,
+    Audit,
+    CallRecord,
+    EffectRecord,
+    EffectResolution,
+    Problem,
+    replay,
+)
+from ._chain import Record, Verification, chain_hash, check_chain, verify_records
 from ._events import (
     OUTCOME_TAGS,
     ApprovalAnswered,
@@ -36,6 +44,7 @@ from ._events import (
     decode_event,
     encode_event,
 )
+from ._export import export_line, parse_export_line
 from ._memory import MemoryLedger
 from ._protocol import Ledger
 
@@ -66,6 +75,8 @@ __all__ = [
     "CallTimedOut",
     "CallValidated",
     "EffectClaimed",
+    "EffectRecord",
+    "EffectResolution",
     "EffectResolved",
     "Event",
     "GuardChecked",
@@ -80,8 +91,11 @@ __all__ = [
     "UnknownEvent",
     "Verification",
     "chain_hash",
+    "check_chain",
     "decode_event",
     "encode_event",
+    "export_line",
+    "parse_export_line",
     "replay",
     "verify_records",
 ]

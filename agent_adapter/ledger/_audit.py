@@ -1,28 +1,63 @@
 """``replay(events) -> Audit``: what ran, with which arguments, approved by whom.
 
 The audit is a fold over the events alone; it reports the invariant violations a
-reviewer must see: a call that ran with a digest no approval covered, a started call
-with no outcome (ambiguous), two outcomes for one call, and a broken chain.
+reviewer must see: a call that ran with a digest no approval covered, an effect key left
+ambiguous and not resolved (a call that timed out, was cancelled or failed with
+``tool-failed`` after its body started, or that started and never finished), a started
+call with no outcome, two outcomes for one call, and a broken chain. Which outcome
+commits, frees or leaves a key ambiguous is the rule of ``_effect_keys``, the one the
+executor's projection folds by.
+
+Without a store's ``verify()`` result, ``replay`` checks the chain itself: each event's
+hash is recomputed from its canonical bytes (the event re-encoded with ``seq``,
+``prev`` and ``hash`` at their defaults, as ``make_record`` encoded it), see
+``check_chain``. Two kinds of event cannot be re-encoded to the bytes that were stored:
+an ``UnknownEvent`` (a type written by a newer version) and an event with fields this
+version does not know (they are dropped on decoding). The first is not checked and the
+chain is reported as "cannot be checked"; the second does not match its hash and is
+reported as such, its reason naming that possibility. Neither is ever reported as ok,
+and neither raises: ``Ledger.verify()`` and an exported file keep the stored bytes and
+check them exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import cast
 
 import msgspec
 
-from ._chain import Verification
+from ._chain import Verification, check_chain
+from ._effect_keys import AMBIGUOUS, status_after_outcome, status_after_resolve
 from ._events import (
+    _ALL,
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    CallCancelled,
     CallRequested,
     CallStarted,
     CallValidated,
+    EffectClaimed,
+    EffectResolved,
     Event,
+    UnknownEvent,
+    _encoder,
+    _Outcome,
 )
 
-__all__ = ["ApprovalRecord", "Audit", "CallRecord", "Problem", "replay"]
+# The outcome classes (exactly one per call): ``_Outcome``'s subclasses.
+_OUTCOME_CLASSES: frozenset[type] = frozenset(c for c in _ALL if issubclass(c, _Outcome))
+
+__all__ = [
+    "ApprovalRecord",
+    "Audit",
+    "CallRecord",
+    "EffectRecord",
+    "EffectResolution",
+    "Problem",
+    "replay",
+]
 
 
 class ApprovalRecord(msgspec.Struct, kw_only=True):
@@ -36,8 +71,36 @@ class ApprovalRecord(msgspec.Struct, kw_only=True):
     edited: bool = False
 
 
+class EffectResolution(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's ``effect.resolved``: ``outcome`` ``"committed"`` or ``"failed"``."""
+
+    outcome: str
+    reviewer: str
+    reason: str = ""
+    seq: int | None = None
+
+
+class EffectRecord(msgspec.Struct, kw_only=True):
+    """One claim of an effect key (``effect.claimed``) and what became of the key.
+
+    ``status`` is ``"committed"``, ``"free"`` or ``"ambiguous"`` (the rule of
+    ``_effect_keys``: from the claiming call's ``outcome``, None while it has none, or
+    from ``resolution`` once an operator resolved it). ``seq`` is the claim's.
+    """
+
+    key: str
+    run_id: str
+    call_id: str
+    tool: str = ""
+    digest: str = ""
+    seq: int | None = None
+    outcome: str | None = None
+    status: str = AMBIGUOUS
+    resolution: EffectResolution | None = None
+
+
 class CallRecord(msgspec.Struct, kw_only=True):
-    """One call (run_id, call_id): its timeline, digests, approvals and outcome."""
+    """One call (run_id, call_id): its timeline, digests, approvals, effect and outcome."""
 
     run_id: str
     call_id: str
@@ -49,6 +112,8 @@ class CallRecord(msgspec.Struct, kw_only=True):
     outcome: str | None = None
     outcomes: int = 0
     duration_ms: float | None = None
+    #: the effect key this call claimed, and what became of it
+    effect: EffectRecord | None = None
     events: list[Event] = []
 
     @property
@@ -60,21 +125,31 @@ class CallRecord(msgspec.Struct, kw_only=True):
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
     """One violation: ``kind`` is ``unapproved``, ``ambiguous``, ``incomplete``,
     ``multiple-outcomes``, ``broken-chain`` or ``malformed`` (a record that did not fit
-    its type: read with the fields it names at their defaults)."""
+    its type: read with the fields it names at their defaults); ``key`` names the effect
+    key of an ambiguous one that has a key."""
 
     kind: str
     message: str
     run_id: str = ""
     call_id: str = ""
     seq: int | None = None
+    key: str = ""
 
 
 class Audit(msgspec.Struct, kw_only=True):
-    """The audit of a ledger: per-call records in first-seen order, and the chain check."""
+    """The audit of a ledger: per-call records in first-seen order, the effect keys, and
+    the chain check.
+
+    ``effects`` holds each key's latest claim (keys in first-claimed order); an earlier
+    claim of a key stays on its call's record (``CallRecord.effect``). ``chain`` is None
+    only when the events carry no hashes at all (built by hand, or their chain fields
+    cleared): nothing was there to check.
+    """
 
     calls: dict[tuple[str, str], CallRecord]
     chain: Verification | None = None
     events: int = 0
+    effects: dict[str, EffectRecord] = {}
     #: records that did not fit their type (``Event.malformed`` set), in seq order
     malformed: list[Event] = []
 
@@ -115,7 +190,25 @@ class Audit(msgspec.Struct, kw_only=True):
                         **ids,
                     )
                 )
-            if record.outcome is None:
+            effect = record.effect
+            if effect is not None and effect.status == AMBIGUOUS:
+                # Every ambiguous key that nobody resolved, whatever left it so: only
+                # effect.resolved settles it (a resolved key has another status).
+                found.append(
+                    Problem(
+                        kind="ambiguous",
+                        message=(
+                            f"effect {effect.key}: call {record.call_id} ({record.tool}) "
+                            f"{_why_ambiguous(record)}; the effect may or may not have "
+                            "happened, and no effect.resolved says which"
+                        ),
+                        seq=first,
+                        key=effect.key,
+                        **ids,
+                    )
+                )
+            elif record.outcome is None and effect is None:
+                # (A call whose key was resolved has its answer: not missing an outcome.)
                 if record.started:
                     found.append(
                         Problem(
@@ -154,82 +247,157 @@ class Audit(msgspec.Struct, kw_only=True):
         return found
 
 
-def replay(events: Iterable[Event], verification: Verification | None = None) -> Audit:
+def _why_ambiguous(record: CallRecord) -> str:
+    """What left the call's key ambiguous, for the problem's message."""
+    outcome = record.effect.outcome if record.effect is not None else None
+    if outcome is None:
+        if record.started:
+            return "started and has no outcome (the process died, or it is still running)"
+        return "claimed it and has no outcome"
+    if outcome == "call.timed_out":
+        return "timed out after its body started"
+    if outcome == "call.cancelled":
+        started = any(isinstance(e, CallCancelled) and e.started for e in record.events)
+        return "was cancelled after its body started" if started else "was cancelled"
+    if outcome == "call.failed":
+        return "failed with tool-failed (an exception, not a ToolError) after its body started"
+    return f"ended with {outcome}"
+
+
+def _links(events: list[Event]) -> Iterator[tuple[int, str, str, bytes | None]]:
+    """Each event's chain fields and canonical bytes: encoded with ``seq``, ``prev`` and
+    ``hash`` at their defaults, as ``make_record`` encoded it for the store."""
+    encode = _encoder.encode
+    for event in events:
+        seq, prev, stored = event.seq, event.prev, event.hash
+        if isinstance(event, UnknownEvent) or event.malformed:
+            # A newer version's type, or a record read with fields at their defaults:
+            # its stored bytes cannot be rebuilt from what decoding kept, so its hash is
+            # not checked (and the chain is not ok).
+            yield seq, prev, stored, None
+            continue
+        event.seq, event.prev, event.hash = 0, "", ""
+        try:
+            payload: bytes | None = encode(event)
+        except Exception:
+            # Only an event built by hand can hold what does not encode (a lone
+            # surrogate, say): not checkable, never a crash.
+            payload = None
+        finally:
+            event.seq, event.prev, event.hash = seq, prev, stored
+        yield seq, prev, stored, payload
+
+
+def replay(
+    events: Iterable[Event],
+    verification: Verification | None = None,
+    *,
+    key: bytes | None = None,
+) -> Audit:
     """Fold ``events`` (in seq order) into an ``Audit``.
 
-    Pass ``await ledger.verify()`` as ``verification`` to include the stored-bytes check;
-    without it, the seq and ``prev`` links of the events themselves are checked (a
-    deleted or reordered event is found, an altered payload needs ``verify()``).
+    Pass ``await ledger.verify()`` as ``verification`` to use the store's check of its
+    stored bytes (``key`` is then not used). Without it, the chain is checked from the
+    events themselves: seq continuity, each ``prev`` link, and each hash recomputed from
+    the event's canonical bytes (``check_chain``), so an altered event is found without
+    the store. A keyed (HMAC) chain is checked with ``key``; without it (or with another
+    key) the audit says the chain cannot be checked, never ok and never altered. See
+    the module docstring for events this version cannot re-encode byte for byte.
     """
+    events = events if isinstance(events, list) else list(events)
+    if verification is not None:
+        chain: Verification | None = verification
+    elif not events:
+        chain = Verification(ok=True, checked=0)
+    elif any(e.hash for e in events):
+        chain = check_chain(_links(events), key, reencoded=True)
+    else:
+        chain = None  # no hashes at all: nothing to check, and nothing claimed checked
     calls: dict[tuple[str, str], CallRecord] = {}
+    effects: dict[str, EffectRecord] = {}
     malformed: list[Event] = []
-    count = 0
-    expected_seq = 1
-    prev = ""
-    link_problem: Verification | None = None
+    outcomes = _OUTCOME_CLASSES
     for event in events:
-        count += 1
-        if link_problem is None and event.seq:
-            if event.seq != expected_seq:
-                link_problem = Verification(
-                    ok=False,
-                    checked=count - 1,
-                    first_bad_seq=min(event.seq, expected_seq),
-                    reason=f"seq {expected_seq} is missing (found {event.seq})",
-                )
-            elif event.prev != prev:
-                link_problem = Verification(
-                    ok=False,
-                    checked=count - 1,
-                    first_bad_seq=event.seq,
-                    reason=f"seq {event.seq} does not link to the previous hash",
-                )
-            expected_seq = event.seq + 1
-            prev = event.hash
         if event.malformed:
             malformed.append(event)
+        # Dispatch on the exact class (events are decoded into their own classes): an
+        # identity test per branch, not an isinstance walk, since this runs per event.
+        cls = type(event)
+        if cls is EffectResolved:
+            _resolve(effects, cast(EffectResolved, event))
         if not event.call_id:
             continue
-        key = (event.run_id, event.call_id)
-        record = calls.get(key)
+        call_key = (event.run_id, event.call_id)
+        record = calls.get(call_key)
         if record is None:
-            record = calls[key] = CallRecord(
+            record = calls[call_key] = CallRecord(
                 run_id=event.run_id, call_id=event.call_id, tool=event.tool, events=[]
             )
         record.events.append(event)
-        if isinstance(event, CallValidated):
-            record.digest = event.digest
-        elif isinstance(event, ApprovalRequested):
+        if cls is CallValidated:
+            record.digest = cast(CallValidated, event).digest
+        elif cls is CallStarted:
+            record.ran_digest = cast(CallStarted, event).digest
+        elif cls in outcomes:
+            record.outcomes += 1
+            if record.outcome is None:
+                record.outcome = tag = event.type
+                record.duration_ms = cast(_Outcome, event).duration_ms
+                ended = record.effect
+                if ended is not None and ended.outcome is None:
+                    ended.outcome = tag
+                    if ended.resolution is None:
+                        # An operator's answer stands over an outcome heard after it,
+                        # as in the projection (a resolved key ignores late outcomes).
+                        ended.status = status_after_outcome(event)
+        elif cls is EffectClaimed:
+            claimed = cast(EffectClaimed, event)
+            claim = EffectRecord(
+                key=claimed.key,
+                run_id=claimed.run_id,
+                call_id=claimed.call_id,
+                tool=claimed.tool,
+                digest=claimed.digest,
+                seq=claimed.seq or None,
+            )
+            record.effect = effects[claimed.key] = claim
+        elif cls is ApprovalRequested:
             record.approval_requested = True
-        elif isinstance(event, ApprovalGranted):
+        elif cls is ApprovalGranted:
+            granted = cast(ApprovalGranted, event)
             record.approvals.append(
                 ApprovalRecord(
                     approved=True,
-                    reviewer=event.reviewer,
-                    source=event.source,
-                    digest=event.digest,
-                    reason=event.reason,
-                    edited=event.edited,
+                    reviewer=granted.reviewer,
+                    source=granted.source,
+                    digest=granted.digest,
+                    reason=granted.reason,
+                    edited=granted.edited,
                 )
             )
-        elif isinstance(event, ApprovalRejected):
+        elif cls is ApprovalRejected:
+            rejected = cast(ApprovalRejected, event)
             record.approvals.append(
                 ApprovalRecord(
                     approved=False,
-                    reviewer=event.reviewer,
-                    source=event.source,
-                    digest=event.digest,
-                    reason=event.reason,
+                    reviewer=rejected.reviewer,
+                    source=rejected.source,
+                    digest=rejected.digest,
+                    reason=rejected.reason,
                 )
             )
-        elif isinstance(event, CallStarted):
-            record.ran_digest = event.digest
-        elif event.is_outcome:
-            record.outcomes += 1
-            if record.outcome is None:
-                record.outcome = event.type
-                record.duration_ms = getattr(event, "duration_ms", None)
-    chain = verification if verification is not None else link_problem
-    if chain is None:
-        chain = Verification(ok=True, checked=count)
-    return Audit(calls=calls, chain=chain, events=count, malformed=malformed)
+    return Audit(calls=calls, chain=chain, events=len(events), effects=effects, malformed=malformed)
+
+
+def _resolve(effects: dict[str, EffectRecord], event: EffectResolved) -> None:
+    """Fold ``effect.resolved`` into the key's latest claim (or a record of its own)."""
+    claim = effects.get(event.key)
+    if claim is None:
+        # Resolved with no claim in these events (a partial log): still shown.
+        claim = effects[event.key] = EffectRecord(
+            key=event.key, run_id=event.run_id, call_id=event.call_id, tool=event.tool
+        )
+    claim.resolution = EffectResolution(
+        outcome=event.outcome, reviewer=event.reviewer, reason=event.reason, seq=event.seq or None
+    )
+    claim.status = status_after_resolve(event)

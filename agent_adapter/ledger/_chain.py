@@ -18,7 +18,14 @@ import msgspec
 from ._events import Event
 from ._recordable import payload as checked_payload
 
-__all__ = ["Record", "Verification", "chain_hash", "make_record", "verify_records"]
+__all__ = [
+    "Record",
+    "Verification",
+    "chain_hash",
+    "check_chain",
+    "make_record",
+    "verify_records",
+]
 
 
 class Verification(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,3 +142,120 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         expected_seq += 1
         checked += 1
     return Verification(ok=True, checked=checked)
+
+
+def check_chain(
+    links: Iterable[tuple[int, str, str, bytes | None]],
+    key: bytes | None = None,
+    *,
+    reencoded: bool = False,
+) -> Verification:
+    """Check a chain that comes without its store: ``(seq, prev, hash, payload)`` per event.
+
+    For an exported file, or events ``replay`` re-encoded. The checks are those of
+    ``verify_records`` (seq continuity from 1, each ``prev`` link, each hash), with two
+    differences, because no store says what the chain is:
+
+    - Whether the hashes are HMACs is not known. A hash that does not match is reported
+      as altered only when some other event's hash does match (so the chain is checked
+      with the right key, or rightly without one); when none matches, the chain *cannot
+      be checked* (``ok`` False, ``first_bad_seq`` None): a keyed chain without its key
+      or with another one, or every event altered. Never ok, never a false "altered".
+    - ``payload`` None marks an event whose bytes are not at hand (one this version
+      cannot re-encode byte for byte): its links are checked, its hash is not, and the
+      result is not ok ("cannot be checked", naming the first such seq) unless a
+      definite problem is found.
+
+    ``reencoded``: the payloads were re-encoded from decoded events (``replay``), not
+    read as stored. An event of a newer version with fields this one does not know
+    decodes without them and re-encodes to other bytes: it is reported as not matching
+    its hash (never as ok), and the reason says so and where the exact check is.
+
+    A definite problem (a missing or reordered seq, a broken link, an altered event) is
+    reported at the first place it occurs, as ``verify_records`` reports it.
+    """
+    expected_seq = 1
+    last_hash = ""
+    count = 0
+    matched = False
+    definite: Verification | None = None
+    mismatch: Verification | None = None
+    unchecked: list[int] = []
+    altered = (
+        "altered, or written by a newer version with fields this one does not read: "
+        "Ledger.verify() checks the stored bytes"
+        if reencoded
+        else "altered"
+    )
+    for seq, prev, stored, payload in links:
+        count += 1
+        if definite is None:
+            if seq != expected_seq:
+                definite = Verification(
+                    ok=False,
+                    checked=count - 1,
+                    first_bad_seq=min(seq, expected_seq),
+                    reason=f"seq {expected_seq} is missing (found {seq})",
+                )
+            elif prev != last_hash:
+                definite = Verification(
+                    ok=False,
+                    checked=count - 1,
+                    first_bad_seq=seq,
+                    reason=f"seq {seq} does not link to the hash of seq {seq - 1}",
+                )
+        # Each hash covers its own seq and prev fields, so it is checked on past a broken
+        # link too: one matching hash anywhere tells an altered event from a keyed chain.
+        if payload is None:
+            unchecked.append(seq)
+        else:
+            if key is None:
+                # A plain SHA-256 guards no secret: == is as good as compare_digest here.
+                good = _sha256(b"%d:%b:%b" % (seq, prev.encode(), payload)).hexdigest() == stored
+            else:
+                # An HMAC is compared in constant time. A tampered hash may hold any text;
+                # compare_digest refuses non-ASCII str, and such a hash is altered.
+                computed = chain_hash(seq, prev, payload, key)
+                good = stored.isascii() and hmac.compare_digest(computed, stored)
+            if good:
+                matched = True
+            elif mismatch is None:
+                mismatch = Verification(
+                    ok=False,
+                    checked=count - 1,
+                    first_bad_seq=seq,
+                    reason=f"seq {seq} does not match its hash ({altered})",
+                )
+        if definite is None:
+            expected_seq = seq + 1
+        last_hash = stored
+    if mismatch is not None and matched:
+        if definite is None or (mismatch.checked < definite.checked):
+            return mismatch
+    if definite is not None:
+        return definite
+    if mismatch is not None:
+        return Verification(
+            ok=False,
+            checked=0,
+            reason=(
+                "no event's hash verifies under this key: a wrong key, or a chain written "
+                "(or rewritten) without it"
+                if key is not None
+                else "no event's hash is the SHA-256 of its bytes: the chain is keyed (HMAC) "
+                "and cannot be checked without its key, or every event was altered"
+            ),
+        )
+    if unchecked:
+        more = f" (and {len(unchecked) - 1} more)" if len(unchecked) > 1 else ""
+        return Verification(
+            ok=False,
+            checked=count - len(unchecked),
+            reason=(
+                f"seq {unchecked[0]}{more} cannot be re-encoded to its stored bytes by this "
+                "version (an event type it does not know, written by a newer one): its hash "
+                "is not checked; check the stored bytes with Ledger.verify() or "
+                "`agent-adapter ledger verify`"
+            ),
+        )
+    return Verification(ok=True, checked=count)

@@ -188,6 +188,11 @@ class MemoryLedger:
                 continue
             yield _decoded(record)
 
+    async def read_records(self, after: int = 0) -> AsyncIterator[Record]:
+        """Stored records with seq > ``after``, in seq order, payloads as stored."""
+        for record in self._records[after:]:
+            yield record
+
     async def verify(self) -> Verification:
         """Check the whole chain."""
         return verify_records(self._records, self._key)

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Verification
+from ._chain import Record, Verification
 from ._events import Event, decode_event
 from ._follow import Follow, appending
 from ._sqlite_files import (
@@ -421,6 +421,52 @@ class SQLiteLedger:
             if future is not None:
                 # The caller stopped early: retrieve the prefetched page's error, if any.
                 future.add_done_callback(_ignore_result)
+
+    async def read_records(self, after: int = 0) -> AsyncIterator[Record]:
+        """Stored records with seq > ``after``, in seq order, payloads as stored (undecoded).
+
+        What ``verify()`` checks and ``agent-adapter ledger export`` writes: a field or
+        an event type this version does not know is in the payload bytes as written.
+        """
+        if self._reader is None:
+            await self.open()
+        reader = self._reader
+        if reader is None:
+            raise LedgerError(f"ledger {self.path} is closed")
+        sql = (
+            "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events"
+            " WHERE seq > ? ORDER BY seq LIMIT ?"
+        )
+        path, wait_s = self.path, self._busy_timeout_s
+
+        def fetch(start: int, conn: sqlite3.Connection) -> list[Record]:
+            try:
+                rows = conn.execute(sql, (start, _READ_PAGE)).fetchall()
+            except sqlite3.Error as exc:
+                raise _translate(path, "reading", exc, wait_s) from exc
+            return [
+                Record(
+                    seq=seq,
+                    type=type_,
+                    run_id=run_id,
+                    call_id=call_id,
+                    tool=tool,
+                    ts=ts,
+                    payload=bytes(payload),
+                    prev=prev,
+                    hash=hash_,
+                )
+                for seq, type_, run_id, call_id, tool, ts, payload, prev, hash_ in rows
+            ]
+
+        start = after
+        while True:
+            records = await reader.submit(functools.partial(fetch, start))
+            for record in records:
+                yield record
+            if len(records) < _READ_PAGE:
+                return
+            start = records[-1].seq
 
     async def verify(self) -> Verification:
         """Check the whole stored chain (seq continuity, links, hashes of stored bytes)
