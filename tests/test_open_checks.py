@@ -58,13 +58,30 @@ async def test_a_deleted_middle_record_warns_and_verify_refuses(
         await Executor.open(registry(), ledger=ledger, verify=True)
 
 
-async def test_verify_true_refuses_an_altered_record() -> None:
-    """A payload changed in place (its hash left as it was) is caught by verify=True."""
+async def test_an_altered_record_warns_and_verify_refuses(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A payload changed in place (its hash left as it was): its hash no longer matches
+    its bytes, a warning naming the seq; verify=True refuses."""
     ledger = await filled_memory()
     record = ledger.records[1]
     record.payload = record.payload.replace(b'"c1"', b'"cX"')
+    await Executor.open(registry(), ledger=ledger)
+    [warning] = warnings_of(caplog)
+    assert "seq 2 does not match its hash (altered)" in warning
     with pytest.raises(LedgerError, match="seq 2"):
         await Executor.open(registry(), ledger=ledger, verify=True)
+
+
+async def test_a_keyed_chain_is_not_judged_without_its_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """HMAC hashes never match as plain SHA-256: no false alarm for an intact keyed
+    ledger (the store's verify() checks it with the key)."""
+    ledger = MemoryLedger(key=b"secret")
+    await ledger.append_many([CallStarted(run_id="r", call_id=f"c{i}", tool="t") for i in range(3)])
+    await Executor.open(registry(), ledger=ledger, verify=True)
+    assert warnings_of(caplog) == []
 
 
 async def test_a_relinked_record_warns(caplog: pytest.LogCaptureFixture) -> None:

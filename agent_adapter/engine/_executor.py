@@ -38,6 +38,7 @@ from ..ledger._events import (
 from ..ledger._follow import Follow, appending
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
+from ..ledger._watch import ChainWatch
 from ..ledger._recordable import recordable, text
 from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
@@ -173,10 +174,11 @@ class Executor:
         projections are rebuilt from the whole ledger, so calls this executor already made
         are folded once (never on top of the live state, which would count them twice).
 
-        As the events pass, their seqs and links are checked: a record deleted, inserted
-        or re-chained, or one that did not fit its type (``Event.malformed``), is logged
-        as a warning on the ``agent_adapter`` logger, and the executor opens. With
-        ``verify=True`` (see ``open``) it refuses instead, and every hash is checked.
+        As the events pass, the chain is checked (``ChainWatch``): a record deleted,
+        inserted, re-chained or altered, or one that did not fit its type
+        (``Event.malformed``), is logged as a warning on the ``agent_adapter`` logger, and
+        the executor opens. With ``verify=True`` (see ``open``) it refuses instead, and
+        the store's own ``verify()`` runs too (keyed hashes, the head).
         """
         if self._started:
             return
@@ -198,29 +200,13 @@ class Executor:
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
             last = 0
-            link = ""
-            broken = ""
-            malformed: list[int] = []
+            watch = ChainWatch()
+            see = watch.see
             async for event in self.ledger.read():
                 apply(event)
-                # The chain as it passes (no hashing: verify=True does that): seqs
-                # without gaps, each record linked to the one before it.
-                if not broken and (event.seq != last + 1 or event.prev != link):
-                    broken = (
-                        f"seq {last + 1} is missing (the next record is seq {event.seq})"
-                        if event.seq != last + 1
-                        else f"seq {event.seq} does not link to the record before it"
-                    )
-                if event.malformed:
-                    malformed.append(event.seq)
+                see(event)  # the chain as it passes: gaps, links, hashes, malformed
                 last = event.seq
-                link = event.hash
-            problems = [broken] if broken else []
-            if malformed:
-                problems.append(
-                    f"{len(malformed)} malformed record(s), first seq {malformed[0]} "
-                    "(read with fields at their defaults)"
-                )
+            problems = watch.findings()
             if verify:
                 verification = await self.ledger.verify()
                 if not verification.ok:
