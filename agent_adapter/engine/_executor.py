@@ -38,8 +38,8 @@ from ..ledger._events import (
 from ..ledger._follow import Follow, appending
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
-from ..ledger._watch import ChainWatch
 from ..ledger._recordable import recordable, text
+from ..ledger._watch import ChainWatch
 from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
