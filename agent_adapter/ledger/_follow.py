@@ -25,6 +25,7 @@ import sqlite3
 from collections.abc import Callable
 
 from ..errors import LedgerError
+from ._chain import _damage
 from ._events import EffectClaimed, Event, decode_event
 
 __all__ = ["EffectTaken"]
@@ -74,6 +75,12 @@ class Follow:
             return []
         events = []
         for seq, prev, hash_, payload in conn.execute(_FOREIGN, (self.delivered,)):
+            damage = _damage(prev, hash_, payload)
+            if damage:
+                raise LedgerError(
+                    f"seq {seq} (appended by another writer) is damaged: {damage}; see "
+                    "ledger verify"
+                )
             try:
                 event = decode_event(payload)
             except Exception as exc:

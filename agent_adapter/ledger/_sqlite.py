@@ -4,8 +4,8 @@ This module holds the ledger class: its lifecycle (open, create, close), appends
 for the writer, and reads and verification submitted to the reader. Its parts live
 beside it: ``_sqlite_threads`` (the writer and reader threads, group commit, delivery
 to the event loop), ``_sqlite_files`` (schema, the read-only probe, snapshot opening,
-error translation) and ``_sqlite_head`` (the authenticated head and what ``verify``
-checks past the chain); their docstrings say how each works.
+error translation), ``_sqlite_head`` (the authenticated head) and ``_sqlite_verify``
+(what ``verify`` checks, in order); their docstrings say how each works.
 
 Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
 acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Verification
+from ._chain import Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow
 from ._sqlite_files import (
@@ -45,8 +45,9 @@ from ._sqlite_files import (
 from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
-from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain, _verify_file
+from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _settle_batches, _Worker, _Writer
+from ._sqlite_verify import _verify_file, unreadable_row
 
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
@@ -365,6 +366,9 @@ class SQLiteLedger:
             where += " AND call_id = ?"
             params.append(call_id)
         sql = f"SELECT seq, prev, hash, payload FROM events WHERE {where} ORDER BY seq LIMIT ?"
+        # Only the seq (an INTEGER): SQLite compares the filter columns itself, so this
+        # names a row whose text the sqlite3 module cannot decode.
+        first_sql = f"SELECT seq FROM events WHERE {where} ORDER BY seq LIMIT 1"
         path, wait_s = self.path, self._busy_timeout_s
 
         def fetch(start: int, conn: sqlite3.Connection) -> list[Event]:
@@ -372,9 +376,18 @@ class SQLiteLedger:
             try:
                 rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
             except sqlite3.Error as exc:
+                if unreadable_row(exc):
+                    raise _unreadable(conn, (sql, first_sql), start, params, path, exc) from exc
                 raise _translate(path, "reading", exc, wait_s) from exc
             events = []
             for seq, prev, hash_, payload in rows:
+                if type(prev) is not str or type(hash_) is not str or type(payload) is not bytes:
+                    # A changed byte in a record's header turned a value into another
+                    # storage class (_damage, inlined: this runs once per event read).
+                    raise LedgerError(
+                        f"ledger {path}: seq {seq} is damaged: "
+                        f"{_damage(prev, hash_, payload)}; see ledger verify"
+                    )
                 try:
                     event = decode_event(payload)
                 except Exception as exc:
@@ -430,3 +443,33 @@ class SQLiteLedger:
 def _ignore_result(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _unreadable(
+    conn: sqlite3.Connection,
+    sqls: tuple[str, str],
+    start: int,
+    params: list[Any],
+    path: str,
+    exc: sqlite3.Error,
+) -> LedgerError:
+    """The LedgerError for a page SQLite could not hand back, naming the row if it can.
+
+    Off the fast path: the page is read again row by row up to the row that fails, and
+    that row's seq is read alone (an INTEGER, which always decodes).
+    """
+    page, first = sqls
+    last = start
+    try:
+        for row in conn.execute(page, (start, *params, _READ_PAGE)):
+            last = row[0]
+        found = None
+    except sqlite3.Error:
+        try:
+            found = conn.execute(first, (last, *params)).fetchone()
+        except sqlite3.Error:
+            found = None
+    where = f"seq {found[0]}" if found is not None else f"a record after seq {last}"
+    return LedgerError(
+        f"ledger {path}: {where} cannot be read: the file is damaged ({exc}); see ledger verify"
+    )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import LedgerError
-from ._chain import chain_hash, make_record
+from ._chain import _damage, chain_hash, make_record
 from ._events import Event
 from ._follow import Follow
 from ._sqlite_files import (
@@ -319,6 +319,12 @@ class _Writer(_Worker):
         if last_seq is None:
             seq, prev = 0, ""
         else:
+            damage = _damage(last_prev, last_hash, last_payload)
+            if damage:
+                raise LedgerError(
+                    f"ledger {self._path}: the last record (seq {last_seq}) is damaged: "
+                    f"{damage}; appends are refused (see ledger verify)"
+                )
             seq, prev = last_seq, last_hash
             if key is not None and chain_hash(seq, last_prev, last_payload, key) != prev:
                 raise LedgerError(

@@ -1,0 +1,143 @@
+"""``SQLiteLedger.verify`` in the reader thread: the chain, the columns, the head.
+
+In order, each naming the first bad seq (the first finding wins):
+
+1. The records (``verify_records``): seq continuity, links, hashes of the stored bytes,
+   and the kinds of the stored values (a changed byte in a record's header can turn a
+   TEXT hash into a BLOB). A row SQLite cannot hand back (text that is not UTF-8, a
+   corrupt page) ends the scan: not ok at the seq after the last one read.
+2. The indexed columns against the payload: reads filter on the columns, so a column
+   that says another run could hide an event from a read by run.
+3. The head in meta (``_check_head``): events deleted from the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+
+from ..errors import LedgerError
+from ._chain import Record, Verification, verify_records
+from ._events import UnknownEvent, decode_event
+from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
+from ._sqlite_head import _READ_HEAD, _check_head, _head_seq
+
+_SCAN = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events ORDER BY seq"
+
+
+def _columns_match(record: Record) -> bool:
+    """True when the indexed columns of ``record`` are those of its payload's event."""
+    try:
+        event = decode_event(record.payload)
+    except Exception:
+        return False
+    # An event of a type this version does not know decodes as UnknownEvent.
+    kind = event.original_type if isinstance(event, UnknownEvent) else event.type
+    return (kind, event.run_id, event.call_id, event.tool, event.ts) == (
+        record.type,
+        record.run_id,
+        record.call_id,
+        record.tool,
+        record.ts,
+    )
+
+
+def unreadable_row(exc: sqlite3.Error) -> bool:
+    """True when ``exc`` says a stored row is damaged, not that the file is busy or gone.
+
+    SQLite reports a corrupt page (SQLITE_CORRUPT, SQLITE_NOTADB); the sqlite3 module
+    reports TEXT that is not UTF-8 on its own, without a code.
+    """
+    if _primary_code(exc) in (_CORRUPT, _NOTADB):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(
+        "Could not decode to UTF-8"
+    )
+
+
+def _verify_file(
+    conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float
+) -> Verification | None:
+    """``SQLiteLedger.verify`` in the reader thread (see the module's docstring).
+
+    None when the file was marked keyed since it was opened and no key was given (the
+    caller says it cannot check).
+    """
+    # The hash covers the payload; reads filter on the indexed columns. So the
+    # columns must say what the payload says, or a filtered read could hide events.
+    mismatch: list[int] = []
+    # The seq and hash of the last record, and the hash at the head's seq.
+    last_seq, last_hash = [0], [""]
+    at_head: list[str] = []
+    head_at = -1
+    # Why the scan stopped before the end of the table (a row SQLite could not read).
+    stopped: list[str] = []
+
+    def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
+        try:
+            for row in cursor:
+                record = Record(
+                    seq=row[0],
+                    type=row[1],
+                    run_id=row[2],
+                    call_id=row[3],
+                    tool=row[4],
+                    ts=row[5],
+                    payload=row[6],
+                    prev=row[7],
+                    hash=row[8],
+                )
+                if not mismatch and not _columns_match(record):
+                    mismatch.append(record.seq)
+                if record.seq == head_at:
+                    at_head.append(record.hash)
+                last_seq[0], last_hash[0] = record.seq, record.hash
+                yield record
+        except sqlite3.Error as exc:
+            if not unreadable_row(exc):
+                raise
+            stopped.append(str(exc))
+
+    try:
+        # One read transaction: the head and the records are of one snapshot,
+        # or a commit between the two reads would look like a truncation.
+        conn.execute("BEGIN")
+        try:
+            meta = {str(k): str(v) for k, v in conn.execute(_READ_HEAD)}
+            if meta.get("head_seq") is not None:
+                with contextlib.suppress(LedgerError):
+                    head_at = _head_seq(meta["head_seq"], path)
+            cursor = conn.execute(_SCAN)
+            result = verify_records(records(cursor), key)
+            cursor.close()
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # it only read
+    except sqlite3.Error as exc:
+        raise _translate(path, "verifying", exc, wait_s) from exc
+    # A broken hash or link at or before that row is the stronger finding.
+    bad = result.first_bad_seq
+    if mismatch and (result.ok or (bad is not None and mismatch[0] < bad)):
+        seq = mismatch[0]
+        return Verification(
+            ok=False,
+            checked=seq - 1,
+            first_bad_seq=seq,
+            reason=f"seq {seq}: its indexed columns do not match its payload (altered)",
+        )
+    if not result.ok:
+        return result
+    if stopped:
+        seq = last_seq[0] + 1
+        return Verification(
+            ok=False,
+            checked=last_seq[0],
+            first_bad_seq=seq,
+            reason=f"seq {seq} cannot be read: the file is damaged ({stopped[0]})",
+        )
+    if key is None and meta.get("keyed") == "1":
+        return None  # marked keyed since this ledger was opened
+    hash_at_head = at_head[0] if at_head else None
+    head = _check_head(path, result.checked, last_hash[0], hash_at_head, meta, key)
+    return head
