@@ -1,14 +1,17 @@
-"""SQLiteLedger on damaged files: a changed byte in the main file. Files changed as a
-faulty disk or copy would change them."""
+"""SQLiteLedger on damaged files: a changed byte in the main file, a damaged index. Files
+changed as a faulty disk or copy would change them."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sqlite3
 import struct
 from pathlib import Path
 
 import pytest
 
+from agent_adapter.cli import main
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import (
     CallRequested,
@@ -240,3 +243,98 @@ async def test_memory_ledger_records_of_the_wrong_kinds_are_named() -> None:
             reason="seq 2 is damaged: its seq is TEXT, not INTEGER",
         ),
     ]
+
+
+# -- the indexes: verify(deep=True), and reads by run or call ---------------------------
+
+
+async def fill_runs(path: Path) -> list[Event]:
+    """Ten events of two runs, alternating (run-a: seq 1, 3, ..; run-b: 2, 4, ..), calls c0-c9."""
+    async with SQLiteLedger(path) as ledger:
+        return await ledger.append_many(
+            [requested(f"c{i}", run_id="run-b" if i % 2 else "run-a") for i in range(10)]
+        )
+
+
+def change_index_entry(path: Path, index: str, old: bytes, new: bytes) -> None:
+    """Rewrite the key of the last entry (in key order) of ``index`` whose key is ``old`` to
+    ``new`` (as long): one damaged sector of the index, the table intact."""
+    data = bytearray(path.read_bytes())
+    root, page_size = root_page(path, index)
+    found = None
+    for cell in leaf_cells(data, root, page_size):
+        _, record = varint(data, cell)  # the key's size
+        header_size, types_at = varint(data, record)
+        serial, _ = varint(data, types_at)
+        value = record + header_size
+        if bytes(data[value : value + serial_size(serial)]) == old:
+            found = value
+    assert found is not None
+    data[found : found + len(new)] = new
+    path.write_bytes(data)
+
+
+async def test_a_damaged_run_index_is_found_by_deep_verify_and_never_mixes_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last run-a entry of the run_id index says run-b: verify() cannot see it (every
+    record is intact), verify(deep=True) names the first seq the index misses, and a read
+    by run-b returns run-b's events only, in seq order, and logs what it left out."""
+    path = tmp_path / "l.db"
+    events = await fill_runs(path)
+    change_index_entry(path, "events_run_id", b"run-a", b"run-b")
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        shallow = await ledger.verify()
+        deep = await ledger.verify(deep=True)
+        with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+            run_b = await read_all(ledger, run_id="run-b")
+        run_a = await read_all(ledger, run_id="run-a")
+    assert shallow == Verification(ok=True, checked=10)
+    assert (deep.ok, deep.checked, deep.first_bad_seq) == (False, 1, 2)
+    assert deep.reason.startswith(
+        "the file is damaged (PRAGMA integrity_check: row 2 missing from index events_run_id"
+    )
+    assert deep.reason.endswith("): reads by run or call may miss events or return another's")
+    assert run_b == events[1::2]
+    assert caplog.messages == [
+        f"ledger {path}: a read by run 'run-b' / call None met seq 9, which is not one of its "
+        "events (a damaged index?); it was left out: see agent-adapter ledger verify --deep"
+    ]
+    # What no cheap check can give back: the entry that moved is missing from run-a.
+    assert run_a == events[0:8:2]
+
+
+async def test_a_damaged_call_index_never_answers_for_another_call(tmp_path: Path) -> None:
+    """The call_id index entry of c3 says c4: a read by call c4 returns c4's event only."""
+    path = tmp_path / "l.db"
+    events = await fill_runs(path)
+    change_index_entry(path, "events_call_id", b"c3", b"c4")
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await read_all(ledger, call_id="c4") == [events[4]]
+        assert await read_all(ledger, run_id="run-a", call_id="c4") == [events[4]]
+        deep = await ledger.verify(deep=True)
+    assert (deep.ok, deep.first_bad_seq) == (False, 4)
+
+
+def test_ledger_verify_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger verify` exits 0 on a ledger whose index is damaged; `--deep` exits 1 and
+    names the seq, with verify(deep=True)'s reason."""
+    path = tmp_path / "l.db"
+    asyncio.run(fill_runs(path))
+    assert main(["--no-color", "ledger", "verify", "--db", str(path), "--deep"]) == 0
+    change_index_entry(path, "events_run_id", b"run-a", b"run-b")
+
+    async def deep() -> Verification:
+        async with SQLiteLedger(path, readonly=True) as ledger:
+            return await ledger.verify(deep=True)
+
+    reason = asyncio.run(deep()).reason
+    capsys.readouterr()
+    codes = [
+        main(["--no-color", "ledger", "verify", "--db", str(path)]),
+        main(["--no-color", "ledger", "verify", "--db", str(path), "--deep"]),
+    ]
+    assert (codes, capsys.readouterr().out) == (
+        [0, 1],
+        f"chain: intact (10 events verified)\nchain: broken at seq 2: {reason}\n",
+    )

@@ -99,8 +99,9 @@ class MemoryLedger:
             event.seq, event.prev, event.hash = record.seq, record.prev, record.hash
             yield event
 
-    async def verify(self) -> Verification:
-        """Check the whole chain."""
+    async def verify(self, *, deep: bool = False) -> Verification:
+        """Check the whole chain. ``deep`` checks nothing more here: the records are the
+        whole store (there is no index or file that could be damaged apart from them)."""
         return verify_records(self._records, self._key)
 
     async def close(self) -> None:

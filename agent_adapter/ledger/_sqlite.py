@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import sqlite3
 import time
@@ -52,6 +53,7 @@ from ._sqlite_verify import _verify_file, unreadable_row
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
 _READ_PAGE = 2048
+_log = logging.getLogger("agent_adapter.ledger")
 
 
 class SQLiteLedger:
@@ -370,9 +372,11 @@ class SQLiteLedger:
         # names a row whose text the sqlite3 module cannot decode.
         first_sql = f"SELECT seq FROM events WHERE {where} ORDER BY seq LIMIT 1"
         path, wait_s = self.path, self._busy_timeout_s
+        filtered = run_id is not None or call_id is not None
 
-        def fetch(start: int, conn: sqlite3.Connection) -> list[Event]:
+        def fetch(start: int, conn: sqlite3.Connection) -> tuple[list[Event], int]:
             # Runs in the reader thread: the rows are decoded there, off the event loop.
+            # Returns the page's events and where the next page starts (0: no next page).
             try:
                 rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
             except sqlite3.Error as exc:
@@ -380,7 +384,14 @@ class SQLiteLedger:
                     raise _unreadable(conn, (sql, first_sql), start, params, path, exc) from exc
                 raise _translate(path, "reading", exc, wait_s) from exc
             events = []
+            last = start
+            foreign = 0
             for seq, prev, hash_, payload in rows:
+                if seq <= last:
+                    # A damaged index gave a row twice or out of order: each event once,
+                    # in seq order.
+                    foreign = foreign or seq
+                    continue
                 if type(prev) is not str or type(hash_) is not str or type(payload) is not bytes:
                     # A changed byte in a record's header turned a value into another
                     # storage class (_damage, inlined: this runs once per event read).
@@ -394,19 +405,42 @@ class SQLiteLedger:
                     raise LedgerError(
                         f"ledger {path}: the payload of seq {seq} cannot be decoded: {exc}"
                     ) from exc
+                if filtered and (
+                    (run_id is not None and event.run_id != run_id)
+                    or (call_id is not None and event.call_id != call_id)
+                ):
+                    # The index (or a column) named a row of another run or call: never
+                    # hand it out as this one's. verify() names the cause.
+                    foreign = foreign or seq
+                    continue
                 event.seq, event.prev, event.hash = seq, prev, hash_
                 events.append(event)
-            return events
+                last = seq
+            if foreign:
+                _log.warning(
+                    "ledger %s: a read by run %r / call %r met seq %d, which is not one of "
+                    "its events (a damaged index?); it was left out: see agent-adapter "
+                    "ledger verify --deep",
+                    path,
+                    run_id,
+                    call_id,
+                    foreign,
+                )
+            if len(rows) < _READ_PAGE:
+                return events, 0
+            # Strictly forward, whatever order a damaged index gave the rows in.
+            after = max(start, max(row[0] for row in rows))
+            return events, after if after > start else 0
 
-        def submit(start: int) -> asyncio.Future[list[Event]]:
+        def submit(start: int) -> asyncio.Future[tuple[list[Event], int]]:
             return reader.submit(functools.partial(fetch, start))
 
-        future: asyncio.Future[list[Event]] | None = submit(after)
+        future: asyncio.Future[tuple[list[Event], int]] | None = submit(after)
         try:
             while future is not None:
-                events = await future
+                events, following = await future
                 # Fetch the next page while the caller consumes this one.
-                future = submit(events[-1].seq) if len(events) == _READ_PAGE else None
+                future = submit(following) if following else None
                 for event in events:
                     yield event
         finally:
@@ -414,9 +448,11 @@ class SQLiteLedger:
                 # The caller stopped early: retrieve the prefetched page's error, if any.
                 future.add_done_callback(_ignore_result)
 
-    async def verify(self) -> Verification:
+    async def verify(self, *, deep: bool = False) -> Verification:
         """Check the whole stored chain (seq continuity, links, hashes of stored bytes)
-        and that it ends where its authenticated head says (see ``_check_head``)."""
+        and that it ends where its authenticated head says (see ``_check_head``).
+        ``deep=True`` also runs SQLite's ``PRAGMA integrity_check`` over the
+        whole file, its run_id/call_id indexes included (slower: it reads every page)."""
         if self._reader is None:
             await self.open()
         reader = self._reader
@@ -425,7 +461,7 @@ class SQLiteLedger:
         if self._keyed and self._key is None:
             return self._cannot_check()
         check = functools.partial(
-            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s
+            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s, deep=deep
         )
         result: Verification | None = await reader.submit(check)
         return result if result is not None else self._cannot_check()

@@ -9,11 +9,15 @@ In order, each naming the first bad seq (the first finding wins):
 2. The indexed columns against the payload: reads filter on the columns, so a column
    that says another run could hide an event from a read by run.
 3. The head in meta (``_check_head``): events deleted from the end.
+4. With ``deep``, ``PRAGMA integrity_check``: the b-trees and the run_id/call_id
+   indexes (a damaged index makes reads by run or call miss or mix events, while every
+   record is intact). It reads the whole file, indexes included: a deliberate check.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Iterator
 
@@ -24,6 +28,8 @@ from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD, _check_head, _head_seq
 
 _SCAN = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events ORDER BY seq"
+# integrity_check names a row only as "row N missing from index X"; N is the rowid, the seq.
+_MISSING_ROW = re.compile(r"^row (\d+) missing from index ")
 
 
 def _columns_match(record: Record) -> bool:
@@ -57,7 +63,7 @@ def unreadable_row(exc: sqlite3.Error) -> bool:
 
 
 def _verify_file(
-    conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float
+    conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float, deep: bool = False
 ) -> Verification | None:
     """``SQLiteLedger.verify`` in the reader thread (see the module's docstring).
 
@@ -140,4 +146,36 @@ def _verify_file(
         return None  # marked keyed since this ledger was opened
     hash_at_head = at_head[0] if at_head else None
     head = _check_head(path, result.checked, last_hash[0], hash_at_head, meta, key)
+    if deep:
+        problems = _integrity(conn, path, wait_s)
+        if problems:
+            return _damaged_file(problems)
     return head
+
+
+def _integrity(conn: sqlite3.Connection, path: str, wait_s: float) -> list[str]:
+    """What ``PRAGMA integrity_check`` found ([] when the file is sound)."""
+    try:
+        found = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+    except sqlite3.Error as exc:
+        if not unreadable_row(exc):
+            raise _translate(path, "verifying", exc, wait_s) from exc
+        return [str(exc)]
+    return [] if found == ["ok"] else found
+
+
+def _damaged_file(problems: list[str]) -> Verification:
+    """Not ok, at the first seq an index misses; from seq 1 when no row is named (a
+    damaged b-tree may hide any row from a read by run or call)."""
+    rows = [int(m.group(1)) for m in map(_MISSING_ROW.match, problems) if m is not None]
+    seq = min(rows) if rows else 1
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return Verification(
+        ok=False,
+        checked=seq - 1,
+        first_bad_seq=seq,
+        reason=(
+            f"the file is damaged (PRAGMA integrity_check: {problems[0]}{more}): reads by "
+            "run or call may miss events or return another's"
+        ),
+    )
