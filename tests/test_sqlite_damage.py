@@ -1,16 +1,26 @@
-"""SQLiteLedger on damaged files: a changed byte in the main file, a damaged index. Files
-changed as a faulty disk or copy would change them."""
+"""SQLiteLedger on damaged files: a WAL that recovery cuts short, a changed byte in the main
+file, a damaged index. Real child processes killed with SIGKILL; files changed as a faulty
+disk, copy or cleanup would change them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import sqlite3
 import struct
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import _ledger_worker as worker
 import pytest
+from _child import Child
+from _other_process import TIMEOUT_S, crash_after_appending
 
+from agent_adapter import Executor
 from agent_adapter.cli import main
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import (
@@ -20,6 +30,21 @@ from agent_adapter.ledger import (
     SQLiteLedger,
     Verification,
 )
+
+KEY = b"k" * 32
+LOST = (
+    "acknowledged events were lost (its -wal damaged, cut short or removed after a crash, "
+    "or a power cut with synchronous=NORMAL)"
+)
+REFUSED = "appends are refused so that the evidence stays (see ledger verify)"
+
+
+@pytest.fixture(autouse=True)
+def bodies() -> Iterator[list[tuple[str, str]]]:
+    """The tool bodies that ran in this (the parent) process during the test."""
+    worker.BODIES.clear()
+    yield worker.BODIES
+    worker.BODIES.clear()
 
 
 def requested(call_id: str, run_id: str = "r1") -> CallRequested:
@@ -36,6 +61,358 @@ async def fill(path: Path, n: int, start: int = 0, **kwargs: object) -> list[Eve
 async def read_all(ledger: SQLiteLedger, **kwargs: object) -> list[Event]:
     """Every event ``read(**kwargs)`` yields."""
     return [event async for event in ledger.read(**kwargs)]  # type: ignore[arg-type]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file in ``directory`` and its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def remove(*paths: Path) -> None:
+    """Delete files (as a cleanup after a crash would)."""
+    for path in paths:
+        path.unlink()
+
+
+def mark_of(path: Path) -> Path:
+    """The mark file beside the ledger at ``path``."""
+    return Path(f"{path}-mark")
+
+
+def mark_seq(path: Path) -> int:
+    """The seq the mark names (``agent-adapter-mark 1 SEQ HASH MAC``)."""
+    return int(mark_of(path).read_bytes().split()[2])
+
+
+def cli_verify(path: Path, *flags: str) -> tuple[int, str, str]:
+    """``agent-adapter ledger verify --db PATH`` in a fresh process."""
+    argv = ["--no-color", "ledger", "verify", "--db", str(path), *flags]
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_adapter.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+# -- the WAL: SIGKILL, then the -wal cut short or one byte changed ----------------------
+
+WAL_HEADER, FRAME_HEADER = 32, 24
+
+
+def wal_commits(path: Path) -> tuple[int, list[int]]:
+    """The WAL's page size and the indexes of its commit frames, in its current generation
+    (frames whose salts match the header's; frames after them are left from before the
+    last checkpoint restarted the WAL)."""
+    data = Path(f"{path}-wal").read_bytes()
+    page_size = struct.unpack(">I", data[8:12])[0]
+    salts = data[16:24]
+    size = FRAME_HEADER + page_size
+    commits = []
+    for i in range((len(data) - WAL_HEADER) // size):
+        frame = WAL_HEADER + i * size
+        if data[frame + 8 : frame + 16] != salts:
+            break
+        if struct.unpack(">I", data[frame + 4 : frame + 8])[0]:  # db size: a commit frame
+            commits.append(i)
+    return page_size, commits
+
+
+async def crash_while_appending(path: Path, *, acks: int = 300) -> list[int]:
+    """A child appends from 8 tasks and is SIGKILLed after ``acks`` acknowledgements, again
+    until the WAL holds at least 40 commits (a checkpoint may have just restarted it); the
+    seqs acknowledged before the kills."""
+    acked: list[int] = []
+    for _ in range(10):
+        child = await Child.start("append-stream", str(path), "8")
+        try:
+            for _ in range(acks):
+                await child.expect("acked ")
+            lines = (await kill_and_drain([child]))[0]
+        finally:
+            await child.close()
+        acked += [int(line.split()[1]) for line in lines if line.startswith("acked ")]
+        if len(wal_commits(path)[1]) >= 40:
+            return acked
+    raise AssertionError("the WAL never held 40 commits at a kill")
+
+
+async def kill_and_drain(children: list[Child]) -> list[list[str]]:
+    """SIGKILL every child at once, then read what each printed to the end.
+
+    Killed first, drained after: a child's unread output can fill the pipe, and the
+    asyncio transport reports the exit only once its pipe is read to the end.
+    """
+    for child in children:
+        os.kill(child.proc.pid, signal.SIGKILL)
+    printed = []
+    for child in children:
+        printed.append(child.lines + await child.rest())
+        await child.wait()
+    return printed
+
+
+def damage_wal(path: Path, damage: str) -> None:
+    """Cut the WAL after a commit half-way through it, or change one byte of the frame
+    after that commit: WAL recovery keeps the frames before it and drops every later one
+    (20 commits or more, all but the last acknowledged)."""
+    page_size, commits = wal_commits(path)
+    at = WAL_HEADER + (commits[len(commits) // 2] + 1) * (FRAME_HEADER + page_size)
+    wal = Path(f"{path}-wal")
+    if damage == "cut-short":
+        os.truncate(wal, at)
+        return
+    with wal.open("r+b") as fh:
+        fh.seek(at + FRAME_HEADER + 100)  # inside the page: the frame's checksum fails
+        byte = fh.read(1)[0]
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte ^ 0xFF]))
+
+
+@pytest.mark.parametrize("damage", ["cut-short", "byte-changed"])
+async def test_a_wal_damaged_after_a_crash_loses_no_event_unnoticed(
+    tmp_path: Path, damage: str, bodies: list[tuple[str, str]]
+) -> None:
+    """SIGKILL while appending, then the -wal damaged: verify() names the first lost seq
+    (read-only and writable, and `ledger verify`), and neither a writer nor an executor
+    appends past it, so the mark that is the evidence stays as it was."""
+    path = tmp_path / "l.db"
+    acked = await crash_while_appending(path)
+    damage_wal(path, damage)
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        left = len(await read_all(ledger))
+        readonly = await ledger.verify()
+    assert left < max(acked)  # acknowledged events were lost
+    assert (readonly.ok, readonly.checked, readonly.first_bad_seq) == (False, left, left + 1)
+    marked = mark_seq(path)
+    mark_before = mark_of(path).read_bytes()
+    lost = f"the ledger ends at seq {left} but its mark file {path}-mark says {marked}: {LOST}"
+    assert max(acked) <= marked  # the mark covers every acknowledged event
+    assert readonly == Verification(ok=False, checked=left, first_bad_seq=left + 1, reason=lost)
+    assert cli_verify(path) == (1, f"chain: broken at seq {left + 1}: {lost}\n", "")
+
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == readonly
+        with pytest.raises(LedgerError) as caught:
+            await ledger.append(requested("after"))
+        assert len(await read_all(ledger)) == left
+    assert str(caught.value) == f"ledger {path}: {lost}; {REFUSED}"
+
+    executor = await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path))
+    try:
+        with pytest.raises(LedgerError) as refused:
+            await executor.call("noop", {}, run_id="r9", call_id="c9")
+    finally:
+        await executor.close()
+    assert str(refused.value) == f"ledger {path}: {lost}; {REFUSED}"
+    assert bodies == []
+    assert mark_of(path).read_bytes() == mark_before
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert len(await read_all(ledger)) == left
+
+
+async def test_a_wal_removed_before_any_checkpoint_is_not_a_fresh_ledger(tmp_path: Path) -> None:
+    """The -wal (and -shm) removed after a crash, every event still in it: the file is an
+    empty database, and opening it (to write or to read) refuses rather than start a
+    new, empty ledger over the loss; nothing is created or changed."""
+    path = tmp_path / "l.db"
+    assert crash_after_appending(path, 3) == (0, "")
+    remove(Path(f"{path}-wal"), Path(f"{path}-shm"))
+    before = snapshot(tmp_path)
+    messages = []
+    for readonly in (False, True):
+        with pytest.raises(LedgerError) as caught:
+            await SQLiteLedger(path, readonly=readonly).open()
+        messages.append(str(caught.value))
+    assert messages == 2 * [
+        f"ledger {path} holds no events, but its mark file {path}-mark says it held 3: they "
+        "were lost (its -wal removed or damaged after a crash?); nothing was created, so "
+        "that the evidence stays"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+async def test_sigkill_without_damage_is_no_alarm(tmp_path: Path) -> None:
+    """Killed while appending, six times over on one file (FULL and NORMAL): each restart
+    appends (its writer does not refuse), the file verifies, and the mark is a lower
+    bound that covers every acknowledged event."""
+    path = tmp_path / "l.db"
+    acked: list[int] = []
+    for cycle in range(6):
+        child = await Child.start("append-stream", str(path), "8", ("FULL", "NORMAL")[cycle % 2])
+        try:
+            for _ in range(60):
+                await child.expect("acked ")
+            lines = (await kill_and_drain([child]))[0]
+        finally:
+            await child.close()
+        acked += [int(line.split()[1]) for line in lines if line.startswith("acked ")]
+        async with SQLiteLedger(path, readonly=True) as ledger:
+            stored = len(await read_all(ledger))
+            assert await ledger.verify() == Verification(ok=True, checked=stored)
+        assert max(acked) <= mark_seq(path) <= stored
+
+
+async def test_two_processes_killed_while_appending_keep_the_mark_a_lower_bound(
+    tmp_path: Path,
+) -> None:
+    """Two writers appending to one file, both SIGKILLed: the mark covers what each had
+    acknowledged and names no more than the file holds (no false alarm)."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)  # created first, so neither child races to create it
+    children = [await Child.start("append-stream", str(path), "4") for _ in range(2)]
+    acked: list[int] = []
+    try:
+        for child in children:
+            for _ in range(150):
+                await child.expect("acked ")
+        for lines in await kill_and_drain(children):
+            acked += [int(line.split()[1]) for line in lines if line.startswith("acked ")]
+    finally:
+        for child in children:
+            await child.close()
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        stored = len(await read_all(ledger))
+        assert await ledger.verify() == Verification(ok=True, checked=stored)
+    assert max(acked) <= mark_seq(path) <= stored
+
+
+async def test_two_processes_appending_leave_the_mark_at_the_last_commit(tmp_path: Path) -> None:
+    """Two writers racing on one file and closing: the mark names the last event (it only
+    moves forward, so no writer's older mark overwrote a newer one)."""
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    children = [await Child.start("append-n", str(path), tag, "300") for tag in ("x", "y")]
+    try:
+        for child in children:
+            await child.expect("ready")
+        for child in children:
+            await child.send("go")
+        for child in children:
+            await child.expect("done")
+            assert await child.wait() == 0
+    finally:
+        for child in children:
+            await child.close()
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=601)
+    assert mark_seq(path) == 601
+
+
+# -- the mark itself: behind, replaced, torn, garbage, missing ----------------------------
+
+
+async def test_a_mark_behind_the_table_is_no_alarm(tmp_path: Path) -> None:
+    """A mark older than the table (the process was killed between a commit and the mark's
+    write) verifies, and the next append moves it to the new last seq."""
+    path = tmp_path / "l.db"
+    await fill(path, 3)
+    behind = mark_of(path).read_bytes()
+    await fill(path, 2, start=3)
+    mark_of(path).write_bytes(behind)
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=5)
+        await ledger.append(requested("c5"))
+        assert await ledger.verify() == Verification(ok=True, checked=6)
+    assert mark_seq(path) == 6
+
+
+async def test_a_mark_naming_another_record_is_named(tmp_path: Path) -> None:
+    """A sound mark whose seq holds another record (another ledger's mark, or the ledger
+    rewritten from there on) names that seq."""
+    path, other = tmp_path / "l.db", tmp_path / "other.db"
+    await fill(path, 5)
+    async with SQLiteLedger(other) as ledger:
+        await ledger.append_many([requested(f"x{i}") for i in range(3)])
+    mark_of(path).write_bytes(mark_of(other).read_bytes())
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=2,
+            first_bad_seq=3,
+            reason=f"seq 3 is not the record its mark file {path}-mark names (replaced)",
+        )
+
+
+def torn(record: bytes) -> bytes:
+    """The first 100 bytes of a mark (a write cut short)."""
+    return record[:100]
+
+
+def garbage(record: bytes) -> bytes:
+    """A mark's size of bytes that are no mark."""
+    return bytes(range(256))
+
+
+def altered(record: bytes) -> bytes:
+    """A well-formed mark whose seq was changed (5 -> 9): its MAC no longer fits."""
+    return record.replace(b"mark 1 5 ", b"mark 1 9 ")
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "problem"),
+    [
+        (torn, None, "is unreadable (torn or overwritten)"),
+        (garbage, None, "is unreadable (torn or overwritten)"),
+        (altered, None, "does not match its MAC: it was altered"),
+        (altered, KEY, "does not match its MAC: it was altered, or written without the key"),
+    ],
+    ids=["torn", "garbage", "altered", "altered-keyed"],
+)
+async def test_a_damaged_mark_is_reported_and_kept(
+    tmp_path: Path, change: object, key: bytes | None, problem: str
+) -> None:
+    """A torn, garbage or altered mark: verify() says so (read-only too), never raises; a
+    writer still reads, refuses appends, and leaves the mark as it found it."""
+    path = tmp_path / "l.db"
+    events = await fill(path, 5, key=key)
+    assert callable(change)
+    damaged = change(mark_of(path).read_bytes())
+    mark_of(path).write_bytes(damaged)
+    reason = f"its mark file {path}-mark {problem}"
+    expected = Verification(ok=False, checked=5, first_bad_seq=6, reason=reason)
+    async with SQLiteLedger(path, key=key, readonly=True) as ledger:
+        assert await ledger.verify() == expected
+    async with SQLiteLedger(path, key=key) as ledger:
+        assert await read_all(ledger) == events
+        assert await ledger.verify() == expected
+        with pytest.raises(LedgerError) as caught:
+            await ledger.append(requested("c5"))
+    assert str(caught.value) == f"ledger {path}: {reason}; {REFUSED}"
+    assert mark_of(path).read_bytes() == damaged
+
+
+async def test_read_only_never_creates_or_writes_the_mark(tmp_path: Path) -> None:
+    """Without a mark (a ledger from before marks, or copied alone), a read-only ledger
+    reads and verifies, says what it cannot detect, and creates nothing; a writer
+    creates the mark at the table's end."""
+    path = tmp_path / "l.db"
+    events = await fill(path, 3)
+    mark_of(path).unlink()
+    before = snapshot(tmp_path)
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await read_all(ledger) == events
+        assert await ledger.verify() == Verification(
+            ok=True,
+            checked=3,
+            reason=f"no mark file beside it ({path}-mark): events lost with a damaged WAL "
+            "cannot be detected until a writer opens it",
+        )
+    assert snapshot(tmp_path) == before
+    async with SQLiteLedger(path) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=3)
+    assert mark_seq(path) == 3
+
+
+async def test_a_keyed_ledger_keeps_a_keyed_mark(tmp_path: Path) -> None:
+    """A keyed ledger's mark is an HMAC: it verifies with the key, through restarts."""
+    path = tmp_path / "l.db"
+    await fill(path, 2, key=KEY)
+    await fill(path, 2, start=2, key=KEY)
+    async with SQLiteLedger(path, key=KEY, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=4)
+    assert mark_seq(path) == 4
 
 
 # -- the main file: one changed byte ----------------------------------------------------

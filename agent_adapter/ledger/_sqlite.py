@@ -4,8 +4,9 @@ This module holds the ledger class: its lifecycle (open, create, close), appends
 for the writer, and reads and verification submitted to the reader. Its parts live
 beside it: ``_sqlite_threads`` (the writer and reader threads, group commit, delivery
 to the event loop), ``_sqlite_files`` (schema, the read-only probe, snapshot opening,
-error translation), ``_sqlite_head`` (the authenticated head) and ``_sqlite_verify``
-(what ``verify`` checks, in order); their docstrings say how each works.
+error translation), ``_sqlite_head`` (the authenticated head), ``_sqlite_mark`` (the
+mark beside the file, which a damaged WAL cannot take back) and ``_sqlite_verify`` (what
+``verify`` checks, in order); their docstrings say how each works.
 
 Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
 acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
@@ -47,6 +48,7 @@ from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
 from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
+from ._sqlite_mark import check_before_create
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _settle_batches, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
 
@@ -76,6 +78,10 @@ class SQLiteLedger:
       ``verify()`` reports events deleted from the end. The MAC is an HMAC with a key;
       without one it is plain SHA-256, which catches an accidental truncation, not a
       deliberate one. With a key, a 'keyed' flag altered to 0 is reported too.
+    - After each commit the writer also writes the head to ``<path>-mark`` beside the
+      file, before the appends return: events a damaged WAL took back (with the head)
+      are reported by ``verify()``, and appends are refused while the table ends before
+      the mark. ``verify(deep=True)`` also runs ``PRAGMA integrity_check`` (indexes).
     - ``readonly=True`` opens for reading only: no writer thread, one query-only
       connection, nothing created or changed (a missing file is a ``LedgerError``, and
       so is ``append``). It never waits for another process's write lock. While another
@@ -230,6 +236,8 @@ class SQLiteLedger:
             # Checked again under the write lock: another process may have created it.
             meta = _inspect(conn, self.path)
             if meta is None:
+                # An empty database beside a mark that names events lost all of them.
+                check_before_create(self.path)
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 conn.executemany(
@@ -449,9 +457,10 @@ class SQLiteLedger:
                 future.add_done_callback(_ignore_result)
 
     async def verify(self, *, deep: bool = False) -> Verification:
-        """Check the whole stored chain (seq continuity, links, hashes of stored bytes)
-        and that it ends where its authenticated head says (see ``_check_head``).
-        ``deep=True`` also runs SQLite's ``PRAGMA integrity_check`` over the
+        """Check the whole stored chain (seq continuity, links, hashes of stored bytes),
+        that it ends where its authenticated head says (see ``_check_head``), and that it
+        holds every event its mark file names (``_sqlite_mark``: events a damaged WAL
+        took back). ``deep=True`` also runs SQLite's ``PRAGMA integrity_check`` over the
         whole file, its run_id/call_id indexes included (slower: it reads every page)."""
         if self._reader is None:
             await self.open()

@@ -1,18 +1,20 @@
 """The SQLite ledger's authenticated head, and the checks ``verify()`` makes past the chain.
 
-Head. Every append transaction also stores the ledger's head in meta: the last seq
-and hash (``head_seq``, ``head_hash``) and ``head_mac``, a ``chain_hash`` over them and
-the keyed flag (see ``_head_mac``). A chain alone cannot show that events were deleted
-from its end, since what remains still links; the head can. With a key the MAC is an
-HMAC, so deleting the tail and rewriting the head needs the key; without one it is
-plain SHA-256, which catches an accidental truncation (a lost WAL, a bad copy) but not
-a deliberate one. The head is one more statement per transaction, not per event, and
-the writer refuses to append past a head that is ahead of the table (appending would
-overwrite the evidence). A file written before heads were kept has none: it verifies,
-with a reason saying deletions from its end cannot be detected, and gets its head on
-its next append. Two limits no in-file head can lift: whoever keeps a copy of an older
-head (all three rows) can truncate back to it and restore it, and a keyed ledger whose
-tail and head rows are both deleted reads as one written before heads were kept.
+Head. Every append transaction also stores the ledger's head in meta: the last seq and
+hash (``head_seq``, ``head_hash``) and ``head_mac``, a ``chain_hash`` over them and the
+keyed flag (see ``_head_mac``). A chain alone cannot show that events were deleted from
+its end, since what remains still links; the head can. With a key the MAC is an HMAC, so
+deleting the tail and rewriting the head needs the key; without one it is plain SHA-256,
+which catches an accidental truncation (a bad copy, rows deleted by hand) but not a
+deliberate one. A WAL damaged after a crash takes the head back with the events it
+loses: the mark (``_sqlite_mark``) is kept outside the WAL for that. The head is one
+more statement per transaction, not per event, and the writer refuses to append past a
+head that is ahead of the table (appending would overwrite the evidence). A file written
+before heads were kept has none: it verifies, with a reason saying deletions from its
+end cannot be detected, and gets its head on its next append. Two limits no in-file head
+can lift: whoever keeps a copy of an older head (all three rows) can truncate back to it
+and restore it, and a keyed ledger whose tail and head rows are both deleted reads as
+one written before heads were kept.
 
 Besides the head's SQL and MAC, this holds ``_check_head`` (what ``verify()``, in
 ``_sqlite_verify``, checks after the chain) and the refusal to add a key to an unkeyed

@@ -1,4 +1,4 @@
-"""``SQLiteLedger.verify`` in the reader thread: the chain, the columns, the head.
+"""``SQLiteLedger.verify`` in the reader thread: the chain, the columns, the head, the mark.
 
 In order, each naming the first bad seq (the first finding wins):
 
@@ -9,7 +9,9 @@ In order, each naming the first bad seq (the first finding wins):
 2. The indexed columns against the payload: reads filter on the columns, so a column
    that says another run could hide an event from a read by run.
 3. The head in meta (``_check_head``): events deleted from the end.
-4. With ``deep``, ``PRAGMA integrity_check``: the b-trees and the run_id/call_id
+4. The mark beside the file (``_sqlite_mark``): events lost with a damaged WAL, which
+   takes the head back with them.
+5. With ``deep``, ``PRAGMA integrity_check``: the b-trees and the run_id/call_id
    indexes (a damaged index makes reads by run or call miss or mix events, while every
    record is intact). It reads the whole file, indexes included: a deliberate check.
 """
@@ -26,6 +28,7 @@ from ._chain import Record, Verification, verify_records
 from ._events import UnknownEvent, decode_event
 from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD, _check_head, _head_seq
+from ._sqlite_mark import Mark, MarkUnreadable, lost_message, mark_path, read_mark, replaced_message
 
 _SCAN = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events ORDER BY seq"
 # integrity_check names a row only as "row N missing from index X"; N is the rowid, the seq.
@@ -62,6 +65,13 @@ def unreadable_row(exc: sqlite3.Error) -> bool:
     )
 
 
+def _read_mark(path: str, key: bytes | None) -> tuple[Mark | None, str]:
+    try:
+        return read_mark(path, key), ""
+    except MarkUnreadable as exc:
+        return None, exc.reason
+
+
 def _verify_file(
     conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float, deep: bool = False
 ) -> Verification | None:
@@ -73,12 +83,17 @@ def _verify_file(
     # The hash covers the payload; reads filter on the indexed columns. So the
     # columns must say what the payload says, or a filtered read could hide events.
     mismatch: list[int] = []
-    # The seq and hash of the last record, and the hash at the head's seq.
+    # The seq and hash of the last record, and the hashes at the head's and the mark's seq.
     last_seq, last_hash = [0], [""]
     at_head: list[str] = []
+    at_mark: list[str] = []
     head_at = -1
     # Why the scan stopped before the end of the table (a row SQLite could not read).
     stopped: list[str] = []
+    # Read before the snapshot: a writer writes the mark after its commit, so the
+    # snapshot taken next holds at least what the mark names (no false alarm).
+    mark, mark_problem = _read_mark(path, key)
+    mark_at = mark.seq if mark is not None else -1
 
     def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
         try:
@@ -98,6 +113,8 @@ def _verify_file(
                     mismatch.append(record.seq)
                 if record.seq == head_at:
                     at_head.append(record.hash)
+                if record.seq == mark_at:
+                    at_mark.append(record.hash)
                 last_seq[0], last_hash[0] = record.seq, record.hash
                 yield record
         except sqlite3.Error as exc:
@@ -146,11 +163,56 @@ def _verify_file(
         return None  # marked keyed since this ledger was opened
     hash_at_head = at_head[0] if at_head else None
     head = _check_head(path, result.checked, last_hash[0], hash_at_head, meta, key)
+    if not head.ok:
+        return head
+    found = _check_mark(path, result.checked, last_hash[0], mark, mark_problem, at_mark)
+    if found is not None:
+        return found
     if deep:
         problems = _integrity(conn, path, wait_s)
         if problems:
             return _damaged_file(problems)
+    if mark is None and not mark_problem:
+        note = (
+            f"no mark file beside it ({mark_path(path)}): events lost with a damaged WAL "
+            "cannot be detected until a writer opens it"
+        )
+        return Verification(
+            ok=True, checked=head.checked, reason=f"{head.reason}; {note}" if head.reason else note
+        )
     return head
+
+
+def _check_mark(
+    path: str,
+    last_seq: int,
+    last_hash: str,
+    mark: Mark | None,
+    problem: str,
+    at_mark: list[str],
+) -> Verification | None:
+    """After the chain and the head verified: is the table at least as long as its mark?"""
+    if problem:
+        # Nothing after the last intact record can be vouched for without a sound mark.
+        return Verification(ok=False, checked=last_seq, first_bad_seq=last_seq + 1, reason=problem)
+    if mark is None or mark.seq == 0:
+        return None
+    if mark.seq > last_seq:
+        return Verification(
+            ok=False,
+            checked=last_seq,
+            first_bad_seq=last_seq + 1,
+            reason=lost_message(path, last_seq, mark),
+        )
+    stored = last_hash if mark.seq == last_seq else (at_mark[0] if at_mark else "")
+    if stored != mark.hash:
+        return Verification(
+            ok=False,
+            checked=mark.seq - 1,
+            first_bad_seq=mark.seq,
+            reason=replaced_message(path, mark),
+        )
+    return None
 
 
 def _integrity(conn: sqlite3.Connection, path: str, wait_s: float) -> list[str]:
