@@ -585,6 +585,37 @@ async def test_any_changed_byte_of_a_record_is_named_never_a_type_error(tmp_path
     assert outcomes["verify: not ok"] > outcomes.get("verify: LedgerError", 0)
 
 
+async def test_a_corrupt_page_is_named_at_its_first_seq(tmp_path: Path) -> None:
+    """A leaf page of the events table whose header was overwritten (SQLite: "malformed"):
+    verify() names the first seq on it, and read() refuses with a LedgerError naming the
+    last seq before it (the seq itself is on the page), instead of failing without one."""
+    path = tmp_path / "l.db"
+    await fill(path, 300)
+    data = bytearray(path.read_bytes())
+    meta_root, page_size = root_page(path, "meta")
+    leaves = [
+        page
+        for page in range(2, len(data) // page_size + 1)
+        if data[(page - 1) * page_size] == 0x0D and page != meta_root
+    ]
+    page = leaves[len(leaves) // 2]
+    _, at = varint(data, leaf_cells(data, page, page_size)[0])  # the first cell's size
+    first, _ = varint(data, at)  # its rowid: the page's first seq
+    data[(page - 1) * page_size + 1 : (page - 1) * page_size + 8] = b"\xff" * 7
+    path.write_bytes(data)
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        verification = await ledger.verify()
+        with pytest.raises(LedgerError) as caught:
+            await read_all(ledger)
+    malformed = "cannot be read: the file is damaged (database disk image is malformed)"
+    assert verification == Verification(
+        ok=False, checked=first - 1, first_bad_seq=first, reason=f"seq {first} {malformed}"
+    )
+    assert str(caught.value) == (
+        f"ledger {path}: a record after seq {first - 1} {malformed}; see ledger verify"
+    )
+
+
 async def test_memory_ledger_records_of_the_wrong_kinds_are_named() -> None:
     """Records tampered to the wrong kinds (bytes hash, str payload, str seq) are named by
     verify(), never a TypeError."""

@@ -500,20 +500,24 @@ def _unreadable(
 ) -> LedgerError:
     """The LedgerError for a page SQLite could not hand back, naming the row if it can.
 
-    Off the fast path: the page is read again row by row up to the row that fails, and
-    that row's seq is read alone (an INTEGER, which always decodes).
+    Off the fast path: the rows are read again one per statement (LIMIT 1, so SQLite
+    does not step onto the next row, as the sqlite3 module does ahead of a fetch) up to
+    the one that fails; that row's seq is then read alone (an INTEGER, which decodes).
     """
     page, first = sqls
     last = start
-    try:
-        for row in conn.execute(page, (start, *params, _READ_PAGE)):
-            last = row[0]
-        found = None
-    except sqlite3.Error:
+    for _ in range(_READ_PAGE):
         try:
-            found = conn.execute(first, (last, *params)).fetchone()
+            row = conn.execute(page, (last, *params, 1)).fetchone()
         except sqlite3.Error:
-            found = None
+            break
+        if row is None:
+            break
+        last = row[0]
+    try:
+        found = conn.execute(first, (last, *params)).fetchone()
+    except sqlite3.Error:
+        found = None
     where = f"seq {found[0]}" if found is not None else f"a record after seq {last}"
     return LedgerError(
         f"ledger {path}: {where} cannot be read: the file is damaged ({exc}); see ledger verify"

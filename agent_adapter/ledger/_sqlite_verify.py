@@ -22,6 +22,7 @@ import contextlib
 import re
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 from ..errors import LedgerError
 from ._chain import Record, Verification, verify_records
@@ -30,7 +31,10 @@ from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD, _check_head, _head_seq
 from ._sqlite_mark import Mark, MarkUnreadable, lost_message, mark_path, read_mark, replaced_message
 
-_SCAN = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events ORDER BY seq"
+_COLUMNS = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events"
+_SCAN = f"{_COLUMNS} ORDER BY seq"
+# One row per statement: LIMIT 1 stops before SQLite reads the row after it.
+_NEXT = f"{_COLUMNS} WHERE seq > ? ORDER BY seq LIMIT 1"
 # integrity_check names a row only as "row N missing from index X"; N is the rowid, the seq.
 _MISSING_ROW = re.compile(r"^row (\d+) missing from index ")
 
@@ -95,32 +99,53 @@ def _verify_file(
     mark, mark_problem = _read_mark(path, key)
     mark_at = mark.seq if mark is not None else -1
 
-    def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
+    def rows(cursor: sqlite3.Cursor) -> Iterator[Any]:
+        # At a row SQLite cannot hand back, read on one row per statement and stop at the
+        # first that fails: the sqlite3 module steps a row ahead, so the scan may fail
+        # while the row after the last it returned is intact.
+        last = 0
         try:
             for row in cursor:
-                record = Record(
-                    seq=row[0],
-                    type=row[1],
-                    run_id=row[2],
-                    call_id=row[3],
-                    tool=row[4],
-                    ts=row[5],
-                    payload=row[6],
-                    prev=row[7],
-                    hash=row[8],
-                )
-                if not mismatch and not _columns_match(record):
-                    mismatch.append(record.seq)
-                if record.seq == head_at:
-                    at_head.append(record.hash)
-                if record.seq == mark_at:
-                    at_mark.append(record.hash)
-                last_seq[0], last_hash[0] = record.seq, record.hash
-                yield record
+                last = row[0]
+                yield row
+            return
         except sqlite3.Error as exc:
             if not unreadable_row(exc):
                 raise
-            stopped.append(str(exc))
+        while True:
+            try:
+                row = conn.execute(_NEXT, (last,)).fetchone()
+            except sqlite3.Error as exc:
+                if not unreadable_row(exc):
+                    raise
+                stopped.append(str(exc))
+                return
+            if row is None:
+                return
+            last = row[0]
+            yield row
+
+    def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
+        for row in rows(cursor):
+            record = Record(
+                seq=row[0],
+                type=row[1],
+                run_id=row[2],
+                call_id=row[3],
+                tool=row[4],
+                ts=row[5],
+                payload=row[6],
+                prev=row[7],
+                hash=row[8],
+            )
+            if not mismatch and not _columns_match(record):
+                mismatch.append(record.seq)
+            if record.seq == head_at:
+                at_head.append(record.hash)
+            if record.seq == mark_at:
+                at_mark.append(record.hash)
+            last_seq[0], last_hash[0] = record.seq, record.hash
+            yield record
 
     try:
         # One read transaction: the head and the records are of one snapshot,
