@@ -35,6 +35,7 @@ from .engine import CallbackApproval, Decision, Executor, Registry, current_call
 from .errors import AdapterError, DuplicateEffect, ToolError
 from .ledger import Event, replay
 from .ledger._sqlite import SQLiteLedger
+from .ledger._sqlite_mark import mark_path
 
 __all__ = ["AMOUNT_CENTS", "ORDER_ID", "RUN_ID", "build_registry", "run"]
 
@@ -251,8 +252,11 @@ def _fresh_ledger_path(path: Path, out: IO[str]) -> None:
     if path.is_dir():
         raise CliError(f"{path} is a directory; pass --db FILE")
     removed = False
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        part = Path(f"{path}{suffix}")
+    # The mark too (first: it sits beside the file a link points to): it is the old
+    # ledger's, and would refuse a new one in its place.
+    parts = [Path(mark_path(str(path)))]
+    parts += [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+    for part in parts:
         if part.exists():
             part.unlink()
             removed = True

@@ -989,7 +989,7 @@ def test_ledger_of_a_newer_version_is_refused_unchanged(built: Built, command: l
     )
     # The whole directory: the probe creates no -wal/-shm beside a file it refuses.
     assert snapshot(built.path.parent) == before
-    assert list(before) == ["ledger.db"]
+    assert list(before) == ["ledger.db", "ledger.db-mark"]
 
 
 def test_directory_is_refused(tmp_path: Path) -> None:
@@ -1208,7 +1208,7 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
         "chain: intact (3 events verified)\n",
         "",
     )
-    assert sorted(before) == ["ledger.db", "ledger.db-shm", "ledger.db-wal"]
+    assert sorted(before) == ["ledger.db", "ledger.db-mark", "ledger.db-shm", "ledger.db-wal"]
     assert snapshot(directory) == before
 
 
@@ -1440,4 +1440,4 @@ def test_corrupt_ledger_is_refused_unchanged(built: Built, command: list[str]) -
     )
     # The whole directory (see test_ledger_of_a_newer_version_is_refused_unchanged).
     assert snapshot(built.path.parent) == before
-    assert list(before) == ["ledger.db"]
+    assert list(before) == ["ledger.db", "ledger.db-mark"]

@@ -130,6 +130,16 @@ async def test_verify_empty_and_full(ledger: Ledger) -> None:
     assert await ledger.verify() == Verification(ok=True, checked=7)
 
 
+async def test_deep_verify_of_an_intact_ledger_is_ok(ledger: Ledger) -> None:
+    """verify(deep=True), which also checks what the store keeps beside its records (a
+    file's structure and indexes), is ok on an intact ledger, as verify() is."""
+    assert await ledger.verify(deep=True) == Verification(ok=True, checked=0)
+    await ledger.append_many([requested(f"c{i}", run_id=f"r{i % 2}") for i in range(7)])
+    assert [await ledger.verify(), await ledger.verify(deep=True)] == 2 * [
+        Verification(ok=True, checked=7)
+    ]
+
+
 async def test_many_concurrent_appends_are_gap_free(ledger: Ledger) -> None:
     """Hundreds of concurrent appends get distinct seqs 1..n and a valid chain."""
     events = await asyncio.gather(*(ledger.append(requested(f"c{i}")) for i in range(300)))

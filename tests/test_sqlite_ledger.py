@@ -18,6 +18,7 @@ from agent_adapter.ledger import (
     replay,
 )
 from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
+from agent_adapter.ledger._sqlite_mark import _encode, mark_path
 
 KEY = b"k" * 32
 
@@ -324,6 +325,11 @@ def set_head(path: Path, seq: int, hash_: str, mac: str) -> None:
         query(path, "UPDATE meta SET value = ? WHERE name = ?", value, name)
 
 
+def set_mark(path: Path, seq: int, hash_: str) -> None:
+    """Overwrite the (unkeyed) mark file beside the ledger, as someone editing it would."""
+    Path(mark_path(str(path))).write_bytes(_encode(seq, hash_, None))
+
+
 @pytest.mark.parametrize("deleted", [1, 3, 5])
 @pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
 async def test_deleted_tail_is_named(tmp_path: Path, deleted: int, readonly: bool) -> None:
@@ -419,6 +425,7 @@ async def test_keyed_flag_flipped_and_rechained_is_caught_with_the_key(tmp_path:
     query(path, "UPDATE meta SET value = '0' WHERE name = 'keyed'")
     last = rechain(path)
     set_head(path, 3, last, _head_mac(3, last, None))
+    set_mark(path, 3, last)  # the mark beside the file too, or it would name seq 5
     async with SQLiteLedger(path, readonly=True) as ledger:
         without_key = await ledger.verify()
     async with SQLiteLedger(path, key=KEY, readonly=True) as ledger:
@@ -427,7 +434,7 @@ async def test_keyed_flag_flipped_and_rechained_is_caught_with_the_key(tmp_path:
     with pytest.raises(LedgerError) as caught:
         await writer.verify()
     await writer.close()
-    # The limit of an unkeyed check: a deliberate rewrite verifies.
+    # The limit of an unkeyed check: a deliberate rewrite (head and mark too) verifies.
     assert without_key == Verification(ok=True, checked=3)
     assert with_key == Verification(
         ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"

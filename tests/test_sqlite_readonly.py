@@ -160,7 +160,7 @@ async def test_reads_what_a_crashed_writer_left_in_its_wal(tmp_path: Path) -> No
     """Events committed only to the WAL (the writer never checkpointed) are read and verified."""
     path = tmp_path / "l.db"
     assert crash_after_appending(path, 3) == (0, "")
-    assert sorted(snapshot(tmp_path)) == ["l.db", "l.db-shm", "l.db-wal"]
+    assert sorted(snapshot(tmp_path)) == ["l.db", "l.db-mark", "l.db-shm", "l.db-wal"]
     async with SQLiteLedger(path, readonly=True) as ledger:
         assert [e.call_id for e in await read_all(ledger)] == ["c0", "c1", "c2"]
         assert await ledger.verify() == Verification(ok=True, checked=3)
@@ -180,7 +180,7 @@ async def test_refused_newer_schema_leaves_no_sidecar_files(tmp_path: Path, read
         "version reads up to 1); it was left unchanged"
     )
     assert snapshot(tmp_path) == before
-    assert list(before) == ["l.db"]
+    assert list(before) == ["l.db", "l.db-mark"]
 
 
 @pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
@@ -200,7 +200,7 @@ async def test_refused_corrupt_wal_ledger_leaves_no_sidecar_files(
         f"ledger {path} is corrupt (reading its schema): database disk image is malformed"
     )
     assert snapshot(tmp_path) == before
-    assert list(before) == ["l.db"]
+    assert list(before) == ["l.db", "l.db-mark"]
 
 
 async def test_a_snapshot_read_the_file_changed_under_is_not_trusted(tmp_path: Path) -> None:

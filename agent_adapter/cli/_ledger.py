@@ -127,7 +127,7 @@ def _tail_line(event: Event, args: argparse.Namespace) -> str:
 
 
 async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
-    """Check the hash chain; exit 0 only when it is intact.
+    """Check the hash chain (``--deep``: and the file's indexes); exit 0 only when intact.
 
     ``--db`` is an SQLite ledger, or a file ``ledger export`` wrote (told by content).
     """
@@ -139,7 +139,7 @@ async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
         print(EXPORT_NOTE, file=out)
         return 0 if verification.ok else 1
     async with open_ledger(args) as ledger:
-        verification = await ledger.verify()
+        verification = await ledger.verify(deep=args.deep)
     print(verification_line(verification, args.style), file=out)
     return 0 if verification.ok else 1
 

@@ -173,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     tail.set_defaults(handler=cmd_ledger_tail)
     verify = leaf(ledger_cmds, "verify", help="check the hash chain (exit 1 if broken)")
     _add_db(verify)
+    verify.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check the file's structure and indexes (PRAGMA integrity_check; slower)",
+    )
     verify.set_defaults(handler=cmd_ledger_verify)
     audit = leaf(ledger_cmds, "audit", help="per-call audit and problems (exit 1 if any)")
     _add_db(audit)

@@ -105,12 +105,47 @@ def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> 
     )
 
 
+def _kind(value: object) -> str:
+    """A stored value's kind, in the words of SQLite's storage classes."""
+    return {str: "TEXT", bytes: "BLOB", int: "INTEGER", float: "REAL"}.get(
+        type(value), "NULL" if value is None else type(value).__name__
+    )
+
+
+def _damage(prev: object, hash_: object, payload: object) -> str:
+    """Why a stored record's chain fields are not of the kinds a store writes ('' if they are).
+
+    One changed byte in a database file can turn a TEXT value into a BLOB or an INTEGER
+    (the type lives in the record's header): that record is damaged, and hashing or
+    comparing it as if it were intact would raise instead of naming it.
+    """
+    if type(prev) is not str:
+        return f"its prev is {_kind(prev)}, not TEXT"
+    if type(hash_) is not str:
+        return f"its hash is {_kind(hash_)}, not TEXT"
+    if type(payload) is not bytes:
+        return f"its payload is {_kind(payload)}, not BLOB"
+    return ""
+
+
 def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
-    """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq."""
+    """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq.
+
+    A record whose fields are of the wrong kinds (a damaged file) is named too, never a
+    ``TypeError``.
+    """
     expected_seq = 1
     prev = ""
     checked = 0
     for record in records:
+        if type(record.seq) is not int:
+            return Verification(
+                ok=False,
+                checked=checked,
+                first_bad_seq=expected_seq,
+                reason=f"seq {expected_seq} is damaged: its seq is {_kind(record.seq)}, "
+                "not INTEGER",
+            )
         if record.seq != expected_seq:
             bad = min(record.seq, expected_seq)
             return Verification(
@@ -118,6 +153,14 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
                 checked=checked,
                 first_bad_seq=bad,
                 reason=f"seq {expected_seq} is missing (found {record.seq})",
+            )
+        damage = _damage(record.prev, record.hash, record.payload)
+        if damage:
+            return Verification(
+                ok=False,
+                checked=checked,
+                first_bad_seq=record.seq,
+                reason=f"seq {record.seq} is damaged: {damage}",
             )
         if record.prev != prev:
             return Verification(

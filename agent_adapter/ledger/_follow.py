@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from typing import Protocol
 
 from ..errors import LedgerError
+from ._chain import _damage
 from ._events import EffectClaimed, Event, decode_event
 
 __all__ = ["EffectTaken", "Follow", "appending"]
@@ -199,6 +200,11 @@ def read_since(conn: sqlite3.Connection, after: int) -> list[Event]:
     """In the write transaction: the committed events past ``after``, decoded."""
     events = []
     for seq, prev, hash_, payload in conn.execute(_SINCE, (after,)):
+        damage = _damage(prev, hash_, payload)
+        if damage:
+            raise LedgerError(
+                f"seq {seq} (appended by another writer) is damaged: {damage}; see ledger verify"
+            )
         try:
             event = decode_event(payload)
         except Exception as exc:

@@ -28,6 +28,12 @@ class Ledger(Protocol):
         self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None
     ) -> AsyncIterator[Event]: ...
 
-    async def verify(self) -> Verification: ...
+    async def verify(self, *, deep: bool = False) -> Verification:
+        """Check the stored chain; name the first missing, reordered or altered seq.
+
+        ``deep=True`` also checks what the store keeps beside the records (a file's
+        structure, its indexes): slower, for an operator's check, not for every open.
+        """
+        ...
 
     async def close(self) -> None: ...

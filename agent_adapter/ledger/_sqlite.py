@@ -4,8 +4,9 @@ This module holds the ledger class: its lifecycle (open, create, close), appends
 for the writer, and reads and verification submitted to the reader. Its parts live
 beside it: ``_sqlite_threads`` (the writer and reader threads, group commit, delivery
 to the event loop), ``_sqlite_files`` (schema, the read-only probe, snapshot opening,
-error translation) and ``_sqlite_head`` (the authenticated head and what ``verify``
-checks past the chain); their docstrings say how each works.
+error translation), ``_sqlite_head`` (the authenticated head), ``_sqlite_mark`` (the
+mark beside the file, which a damaged WAL cannot take back) and ``_sqlite_verify`` (what
+``verify`` checks, in order); their docstrings say how each works.
 
 Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
 acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import sqlite3
 import time
@@ -28,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification
+from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow, appending
 from ._sqlite_files import (
@@ -45,12 +47,15 @@ from ._sqlite_files import (
 from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
-from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain, _verify_file
+from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
+from ._sqlite_mark import check_before_create
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _settle_batches, _Worker, _Writer
+from ._sqlite_verify import _verify_file, unreadable_row
 
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
 _READ_PAGE = 2048
+_log = logging.getLogger("agent_adapter.ledger")
 
 
 class SQLiteLedger:
@@ -73,6 +78,10 @@ class SQLiteLedger:
       ``verify()`` reports events deleted from the end. The MAC is an HMAC with a key;
       without one it is plain SHA-256, which catches an accidental truncation, not a
       deliberate one. With a key, a 'keyed' flag altered to 0 is reported too.
+    - After each commit the writer also writes the head to ``<path>-mark`` beside the
+      file, before the appends return: events a damaged WAL took back (with the head)
+      are reported by ``verify()``, and appends are refused while the table ends before
+      the mark. ``verify(deep=True)`` also runs ``PRAGMA integrity_check`` (indexes).
     - ``readonly=True`` opens for reading only: no writer thread, one query-only
       connection, nothing created or changed (a missing file is a ``LedgerError``, and
       so is ``append``). It never waits for another process's write lock. While another
@@ -227,6 +236,8 @@ class SQLiteLedger:
             # Checked again under the write lock: another process may have created it.
             meta = _inspect(conn, self.path)
             if meta is None:
+                # An empty database beside a mark that names events lost all of them.
+                check_before_create(self.path)
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 conn.executemany(
@@ -386,35 +397,79 @@ class SQLiteLedger:
             where += " AND call_id = ?"
             params.append(call_id)
         sql = f"SELECT seq, prev, hash, payload FROM events WHERE {where} ORDER BY seq LIMIT ?"
+        # Only the seq (an INTEGER): SQLite compares the filter columns itself, so this
+        # names a row whose text the sqlite3 module cannot decode.
+        first_sql = f"SELECT seq FROM events WHERE {where} ORDER BY seq LIMIT 1"
         path, wait_s = self.path, self._busy_timeout_s
+        filtered = run_id is not None or call_id is not None
 
-        def fetch(start: int, conn: sqlite3.Connection) -> list[Event]:
+        def fetch(start: int, conn: sqlite3.Connection) -> tuple[list[Event], int]:
             # Runs in the reader thread: the rows are decoded there, off the event loop.
+            # Returns the page's events and where the next page starts (0: no next page).
             try:
                 rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
             except sqlite3.Error as exc:
+                if unreadable_row(exc):
+                    raise _unreadable(conn, (sql, first_sql), start, params, path, exc) from exc
                 raise _translate(path, "reading", exc, wait_s) from exc
             events = []
+            last = start
+            foreign = 0
             for seq, prev, hash_, payload in rows:
+                if seq <= last:
+                    # A damaged index gave a row twice or out of order: each event once,
+                    # in seq order.
+                    foreign = foreign or seq
+                    continue
+                if type(prev) is not str or type(hash_) is not str or type(payload) is not bytes:
+                    # A changed byte in a record's header turned a value into another
+                    # storage class (_damage, inlined: this runs once per event read).
+                    raise LedgerError(
+                        f"ledger {path}: seq {seq} is damaged: "
+                        f"{_damage(prev, hash_, payload)}; see ledger verify"
+                    )
                 try:
                     event = decode_event(payload)
                 except Exception as exc:
                     raise LedgerError(
                         f"ledger {path}: the payload of seq {seq} cannot be decoded: {exc}"
                     ) from exc
+                if filtered and (
+                    (run_id is not None and event.run_id != run_id)
+                    or (call_id is not None and event.call_id != call_id)
+                ):
+                    # The index (or a column) named a row of another run or call: never
+                    # hand it out as this one's. verify() names the cause.
+                    foreign = foreign or seq
+                    continue
                 event.seq, event.prev, event.hash = seq, prev, hash_
                 events.append(event)
-            return events
+                last = seq
+            if foreign:
+                _log.warning(
+                    "ledger %s: a read by run %r / call %r met seq %d, which is not one of "
+                    "its events (a damaged index?); it was left out: see agent-adapter "
+                    "ledger verify --deep",
+                    path,
+                    run_id,
+                    call_id,
+                    foreign,
+                )
+            if len(rows) < _READ_PAGE:
+                return events, 0
+            # Strictly forward, whatever order a damaged index gave the rows in.
+            after = max(start, max(row[0] for row in rows))
+            return events, after if after > start else 0
 
-        def submit(start: int) -> asyncio.Future[list[Event]]:
+        def submit(start: int) -> asyncio.Future[tuple[list[Event], int]]:
             return reader.submit(functools.partial(fetch, start))
 
-        future: asyncio.Future[list[Event]] | None = submit(after)
+        future: asyncio.Future[tuple[list[Event], int]] | None = submit(after)
         try:
             while future is not None:
-                events = await future
+                events, following = await future
                 # Fetch the next page while the caller consumes this one.
-                future = submit(events[-1].seq) if len(events) == _READ_PAGE else None
+                future = submit(following) if following else None
                 for event in events:
                     yield event
         finally:
@@ -468,9 +523,12 @@ class SQLiteLedger:
                 return
             start = records[-1].seq
 
-    async def verify(self) -> Verification:
-        """Check the whole stored chain (seq continuity, links, hashes of stored bytes)
-        and that it ends where its authenticated head says (see ``_check_head``)."""
+    async def verify(self, *, deep: bool = False) -> Verification:
+        """Check the whole stored chain (seq continuity, links, hashes of stored bytes),
+        that it ends where its authenticated head says (see ``_check_head``), and that it
+        holds every event its mark file names (``_sqlite_mark``: events a damaged WAL
+        took back). ``deep=True`` also runs SQLite's ``PRAGMA integrity_check`` over the
+        whole file, its run_id/call_id indexes included (slower: it reads every page)."""
         if self._reader is None:
             await self.open()
         reader = self._reader
@@ -479,7 +537,7 @@ class SQLiteLedger:
         if self._keyed and self._key is None:
             return self._cannot_check()
         check = functools.partial(
-            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s
+            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s, deep=deep
         )
         result: Verification | None = await reader.submit(check)
         return result if result is not None else self._cannot_check()
@@ -497,3 +555,37 @@ class SQLiteLedger:
 def _ignore_result(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _unreadable(
+    conn: sqlite3.Connection,
+    sqls: tuple[str, str],
+    start: int,
+    params: list[Any],
+    path: str,
+    exc: sqlite3.Error,
+) -> LedgerError:
+    """The LedgerError for a page SQLite could not hand back, naming the row if it can.
+
+    Off the fast path: the rows are read again one per statement (LIMIT 1, so SQLite
+    does not step onto the next row, as the sqlite3 module does ahead of a fetch) up to
+    the one that fails; that row's seq is then read alone (an INTEGER, which decodes).
+    """
+    page, first = sqls
+    last = start
+    for _ in range(_READ_PAGE):
+        try:
+            row = conn.execute(page, (last, *params, 1)).fetchone()
+        except sqlite3.Error:
+            break
+        if row is None:
+            break
+        last = row[0]
+    try:
+        found = conn.execute(first, (last, *params)).fetchone()
+    except sqlite3.Error:
+        found = None
+    where = f"seq {found[0]}" if found is not None else f"a record after seq {last}"
+    return LedgerError(
+        f"ledger {path}: {where} cannot be read: the file is damaged ({exc}); see ledger verify"
+    )

@@ -1,35 +1,33 @@
 """The SQLite ledger's authenticated head, and the checks ``verify()`` makes past the chain.
 
-Head. Every append transaction also stores the ledger's head in meta: the last seq
-and hash (``head_seq``, ``head_hash``) and ``head_mac``, a ``chain_hash`` over them and
-the keyed flag (see ``_head_mac``). A chain alone cannot show that events were deleted
-from its end, since what remains still links; the head can. With a key the MAC is an
-HMAC, so deleting the tail and rewriting the head needs the key; without one it is
-plain SHA-256, which catches an accidental truncation (a lost WAL, a bad copy) but not
-a deliberate one. The head is one more statement per transaction, not per event, and
-the writer refuses to append past a head that is ahead of the table (appending would
-overwrite the evidence). A file written before heads were kept has none: it verifies,
-with a reason saying deletions from its end cannot be detected, and gets its head on
-its next append. Two limits no in-file head can lift: whoever keeps a copy of an older
-head (all three rows) can truncate back to it and restore it, and a keyed ledger whose
-tail and head rows are both deleted reads as one written before heads were kept.
+Head. Every append transaction also stores the ledger's head in meta: the last seq and
+hash (``head_seq``, ``head_hash``) and ``head_mac``, a ``chain_hash`` over them and the
+keyed flag (see ``_head_mac``). A chain alone cannot show that events were deleted from
+its end, since what remains still links; the head can. With a key the MAC is an HMAC, so
+deleting the tail and rewriting the head needs the key; without one it is plain SHA-256,
+which catches an accidental truncation (a bad copy, rows deleted by hand) but not a
+deliberate one. A WAL damaged after a crash takes the head back with the events it
+loses: the mark (``_sqlite_mark``) is kept outside the WAL for that. The head is one
+more statement per transaction, not per event, and the writer refuses to append past a
+head that is ahead of the table (appending would overwrite the evidence). A file written
+before heads were kept has none: it verifies, with a reason saying deletions from its
+end cannot be detected, and gets its head on its next append. Two limits no in-file head
+can lift: whoever keeps a copy of an older head (all three rows) can truncate back to it
+and restore it, and a keyed ledger whose tail and head rows are both deleted reads as
+one written before heads were kept.
 
-Besides the head's SQL and MAC, this holds ``verify()`` itself (``_verify_file``: the
-chain, the indexed columns against the payload, then ``_check_head``) and the refusal to
-add a key to an unkeyed chain.
+Besides the head's SQL and MAC, this holds ``_check_head`` (what ``verify()``, in
+``_sqlite_verify``, checks after the chain) and the refusal to add a key to an unkeyed
+chain.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import sqlite3
-from collections.abc import Iterator
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, chain_hash, verify_records
-from ._events import UnknownEvent, decode_event
-from ._sqlite_files import _translate
+from ._chain import Verification, _damage, chain_hash
 
 # The head (None, None without one) beside the last row (all None in an empty table):
 # one statement, so reading the head costs the append transaction nothing extra.
@@ -179,23 +177,6 @@ def _flag_altered(path: str) -> Verification:
     )
 
 
-def _columns_match(record: Record) -> bool:
-    """True when the indexed columns of ``record`` are those of its payload's event."""
-    try:
-        event = decode_event(record.payload)
-    except Exception:
-        return False
-    # An event of a type this version does not know decodes as UnknownEvent.
-    kind = event.original_type if isinstance(event, UnknownEvent) else event.type
-    return (kind, event.run_id, event.call_id, event.tool, event.ts) == (
-        record.type,
-        record.run_id,
-        record.call_id,
-        record.tool,
-        record.ts,
-    )
-
-
 def _refuse_unkeyed_chain(
     conn: sqlite3.Connection, path: str, key: bytes, meta: dict[str, str]
 ) -> None:
@@ -208,7 +189,9 @@ def _refuse_unkeyed_chain(
     # A record or a head that verifies under the key was written with it: the
     # flag, not the caller, is wrong.
     if (
-        last_seq is not None and chain_hash(last_seq, last_prev, last_payload, key) == last_hash
+        last_seq is not None
+        and not _damage(last_prev, last_hash, last_payload)
+        and chain_hash(last_seq, last_prev, last_payload, key) == last_hash
     ) or (
         head_seq is not None
         and _head_mac(_head_seq(head_seq, path), head_hash or "", key) == meta.get("head_mac")
@@ -220,76 +203,3 @@ def _refuse_unkeyed_chain(
     raise LedgerError(
         f"ledger {path} was written without a key; a key cannot be added to an existing chain"
     )
-
-
-def _verify_file(
-    conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float
-) -> Verification | None:
-    """``SQLiteLedger.verify`` in the reader thread: the chain, the columns, the head.
-
-    None when the file was marked keyed since it was opened and no key was given (the
-    caller says it cannot check).
-    """
-    # The hash covers the payload; reads filter on the indexed columns. So the
-    # columns must say what the payload says, or a filtered read could hide events.
-    mismatch: list[int] = []
-    # The hash of the last record, and of the one at the head's seq.
-    last = [""]
-    at_head: list[str] = []
-    head_at = -1
-
-    def records(cursor: sqlite3.Cursor) -> Iterator[Record]:
-        for row in cursor:
-            record = Record(
-                seq=row[0],
-                type=row[1],
-                run_id=row[2],
-                call_id=row[3],
-                tool=row[4],
-                ts=row[5],
-                payload=row[6],
-                prev=row[7],
-                hash=row[8],
-            )
-            if not mismatch and not _columns_match(record):
-                mismatch.append(record.seq)
-            if record.seq == head_at:
-                at_head.append(record.hash)
-            last[0] = record.hash
-            yield record
-
-    try:
-        # One read transaction: the head and the records are of one snapshot,
-        # or a commit between the two reads would look like a truncation.
-        conn.execute("BEGIN")
-        try:
-            meta = {str(k): str(v) for k, v in conn.execute(_READ_HEAD)}
-            if meta.get("head_seq") is not None:
-                with contextlib.suppress(LedgerError):
-                    head_at = _head_seq(meta["head_seq"], path)
-            cursor = conn.execute(
-                "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash"
-                " FROM events ORDER BY seq"
-            )
-            result = verify_records(records(cursor), key)
-            cursor.close()
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # it only read
-    except sqlite3.Error as exc:
-        raise _translate(path, "verifying", exc, wait_s) from exc
-    # A broken hash or link at or before that row is the stronger finding.
-    bad = result.first_bad_seq
-    if mismatch and (result.ok or (bad is not None and mismatch[0] < bad)):
-        seq = mismatch[0]
-        return Verification(
-            ok=False,
-            checked=seq - 1,
-            first_bad_seq=seq,
-            reason=f"seq {seq}: its indexed columns do not match its payload (altered)",
-        )
-    if not result.ok:
-        return result
-    if key is None and meta.get("keyed") == "1":
-        return None  # marked keyed since this ledger was opened
-    return _check_head(path, result.checked, last[0], at_head[0] if at_head else None, meta, key)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import LedgerError
-from ._chain import chain_hash, make_record
+from ._chain import _damage, chain_hash, make_record
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import Follow, read_since
 from ._recordable import UnrecordableEvent
@@ -45,6 +45,7 @@ from ._sqlite_files import (
     _translate,
 )
 from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD, _head_mac, _head_seq
+from ._sqlite_mark import MarkWriter, check_before_create
 
 if TYPE_CHECKING:
     from ._sqlite import SQLiteLedger
@@ -206,6 +207,7 @@ class _ReadOnlyReader(_Worker):
         if self.meta is None:
             meta = _probe(self._path, must_exist=True, wait_s=self._wait_s)
             if meta is None:
+                check_before_create(self._path)  # the events a mark names were lost
                 raise LedgerError(
                     f"ledger {self._path} is an empty database, not a ledger yet (a "
                     "read-only ledger is never created)"
@@ -233,18 +235,43 @@ class _ReadOnlyReader(_Worker):
 
 
 class _Writer(_Worker):
-    """The group-commit writer: each wake-up drains the queue into one transaction."""
+    """The group-commit writer: each wake-up drains the queue into one transaction.
+
+    It keeps the mark (``_sqlite_mark``): checked against the table before the first
+    transaction, moved forward after each commit that appended, before the commit's
+    appends are acknowledged.
+    """
 
     def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
-        super().__init__(f"agent-adapter ledger writer {ledger.path}", ledger.path, connect)
+        mark = MarkWriter(ledger.path, ledger._key, ledger._busy_timeout_s)
+
+        def connect_and_check() -> sqlite3.Connection:
+            conn = connect()
+            # Before open() returns: a verify() or an append right after it finds the
+            # mark checked (and created, for a new ledger). It never raises.
+            mark.start(conn)
+            return conn
+
+        super().__init__(
+            f"agent-adapter ledger writer {ledger.path}", ledger.path, connect_and_check
+        )
         self._ledger = ledger
         self._path = ledger.path
         self._key = ledger._key
         self._wait_s = ledger._busy_timeout_s
+        self._mark = mark
+        # (seq, hash) of the last commit that appended, for the mark; None otherwise.
+        self._committed: tuple[int, str] | None = None
 
     def serve(self) -> None:
         conn = self.conn
         assert conn is not None
+        try:
+            self._serve(conn)
+        finally:
+            self._mark.close()
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
         get, get_nowait = self.queue.get, self.queue.get_nowait
         while True:
             item = get()
@@ -324,8 +351,9 @@ class _Writer(_Worker):
         while True:
             for batch in batches:
                 batch.error = None
+            self._committed = None
             try:
-                return self._transaction(conn, batches, follows)
+                done = self._transaction(conn, batches, follows)
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -348,6 +376,11 @@ class _Writer(_Worker):
                 else:
                     error = LedgerError(f"ledger {self._path}: appending failed: {exc!r}")
                     error.__cause__ = exc
+            else:
+                if self._committed is not None:
+                    # Before the waiters wake: every acknowledged event is under the mark.
+                    self._mark.advance(*self._committed)
+                return done
             for batch in batches:
                 batch.error = error
                 _unchain(batch.events)
@@ -365,6 +398,12 @@ class _Writer(_Worker):
         if last_seq is None:
             seq, prev = 0, ""
         else:
+            damage = _damage(last_prev, last_hash, last_payload)
+            if damage:
+                raise LedgerError(
+                    f"ledger {self._path}: the last record (seq {last_seq}) is damaged: "
+                    f"{damage}; appends are refused (see ledger verify)"
+                )
             seq, prev = last_seq, last_hash
             if key is not None and chain_hash(seq, last_prev, last_payload, key) != prev:
                 raise LedgerError(
@@ -382,6 +421,10 @@ class _Writer(_Worker):
                     f"{at}: events were deleted from the end (or replaced); appends are "
                     "refused so that the evidence stays (see ledger verify)"
                 )
+        if self._mark.error is not None:
+            # The table ends before the mark (a damaged WAL took events back), or the
+            # mark cannot be kept: appending would move the mark past the evidence.
+            raise LedgerError(str(self._mark.error))
         # What other writers committed since the followers last heard: handed to them,
         # and the claims in it refuse their batches that claim the same key.
         foreign: list[Event] = []
@@ -448,6 +491,8 @@ class _Writer(_Worker):
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
             conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
         conn.execute("COMMIT")
+        if rows:
+            self._committed = (seq, prev)
         return foreign, seq, written
 
 
