@@ -38,6 +38,16 @@ class AdapterError(Exception):
     recorded_by: tuple[str, str] | None = None
 
     def __init__(self, message: str = "") -> None:
+        # Always text (ToolError(None) or ToolError(402) is recorded, never a TypeError
+        # from __str__ that would leave the call without an outcome).
+        if type(message) is not str:
+            message = (
+                ""
+                if message is None
+                else str.__str__(message)
+                if isinstance(message, str)
+                else repr(message)
+            )
         super().__init__(message)
         self.message = message
 

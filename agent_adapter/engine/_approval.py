@@ -18,7 +18,8 @@ import msgspec
 
 from ..errors import ApprovalPending, ToolUsageError
 from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
-from ..ledger._recordable import recordable, text
+from ..ledger._recordable import UnrecordableEvent, append_repaired, checked_clock, text
+from ._digest import canonical
 from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
@@ -92,6 +93,15 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 _set = msgspec.structs.force_setattr
 
 
+async def _append(ledger: Ledger, event: Event) -> Event:
+    """``ledger.append(event)``, an unrecordable value repaired (see ``append_repaired``)."""
+    try:
+        return await ledger.append(event)
+    except UnrecordableEvent as refused:
+        await append_repaired(ledger, [event], refused)
+        return event
+
+
 @runtime_checkable
 class ApprovalPort(Protocol):
     """Anything with ``async decide(request) -> Decision | None``."""
@@ -155,7 +165,7 @@ class DeferredApproval:
 
     def __init__(self, ledger: Ledger, *, clock: Callable[[], float] | None = None) -> None:
         self._ledger = ledger
-        self._clock = clock or time.time
+        self._clock = time.time if clock is None else checked_clock(clock)
         self._cursor = 0
         self._requests: dict[str, _Request] = {}
         self._by_key: dict[tuple[str, str, str], list[str]] = {}
@@ -213,14 +223,15 @@ class DeferredApproval:
                 if held.answer is None or held.consumed_by is not None:
                     continue
                 mine = (request.run_id, request.call_id)
-                await self._ledger.append(
+                await _append(
+                    self._ledger,
                     ApprovalConsumed(
                         ts=self._clock(),
                         run_id=request.run_id,
                         call_id=request.call_id,
                         tool=request.tool,
                         request_id=request_id,
-                    )
+                    ),
                 )
                 await self._catch_up()
                 if held.consumed_by != mine:
@@ -239,7 +250,8 @@ class DeferredApproval:
                         f"approval {request_id} for {request.tool} is pending",
                         request_id=request_id,
                     )
-            await self._ledger.append(
+            await _append(
+                self._ledger,
                 ApprovalDeferred(
                     ts=self._clock(),
                     run_id=request.run_id,
@@ -250,7 +262,7 @@ class DeferredApproval:
                     args=redacted(request.args, request.redact),
                     metadata=request.metadata,
                     redact=sorted(request.redact),
-                )
+                ),
             )
             await self._catch_up()
             return None
@@ -275,11 +287,19 @@ class DeferredApproval:
         reviewer, reason, edits = decision.reviewer, decision.reason, decision.edits
         if not reviewer:
             raise ToolUsageError("a decision needs a reviewer name")
-        if edits is not None and recordable(edits) is not edits:
-            raise ToolUsageError(
-                "the edits cannot be recorded as JSON (text that is not valid Unicode, "
-                "nesting too deep, or values that are not JSON); nothing was recorded"
-            )
+        if edits is not None:
+            # Strictly, as arguments are digested: an object the ledger's encoder would
+            # record as a placeholder must not become the arguments the call runs with.
+            try:
+                # Recorded as the JSON values checked here (a str subclass as its text):
+                # what the ledger holds is what the call will run with.
+                edits = msgspec.json.decode(canonical(edits))
+            except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+                raise ToolUsageError(
+                    "the edits cannot be recorded as JSON arguments (text that is not valid "
+                    f"Unicode, nesting too deep, or a value that is not JSON: {exc}); nothing "
+                    "was recorded"
+                ) from None
         async with self._lock:
             await self._catch_up()
             held = self._requests.get(request_id)
@@ -300,7 +320,8 @@ class DeferredApproval:
                         f"edits cannot set redacted arguments {sorted(set(hidden))} through the "
                         f"ledger; leave them as {REDACTED!r} to keep the requested values"
                     )
-            mine = await self._ledger.append(
+            mine = await _append(
+                self._ledger,
                 ApprovalAnswered(
                     ts=self._clock(),
                     run_id=pending.run_id,
@@ -311,7 +332,7 @@ class DeferredApproval:
                     reviewer=reviewer,
                     reason=reason,
                     edits=edits,
-                )
+                ),
             )
             await self._catch_up()
             first = held.answer

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid
+from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
 from ..ledger._events import (
     ApprovalConsumed,
     ApprovalDeferred,
@@ -21,7 +21,7 @@ from ..ledger._events import (
     Event,
 )
 from ..ledger._follow import appending
-from ..ledger._recordable import recordable
+from ..ledger._recordable import recordable, text
 from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
 from ._redaction import restored
@@ -206,7 +206,8 @@ def _pending(self: Executor, run: _Run, request_id: str) -> Event:
         call_id=run.ctx.call_id,
         tool=run.spec.name,
         duration_ms=(now - run.t0) * 1000.0,
-        request_id=request_id,
+        # (A custom port may raise ApprovalPending with an id that is not text.)
+        request_id=text(request_id) if isinstance(request_id, str) else "",
     )
 
 
@@ -247,7 +248,14 @@ async def refuse(
     ``approval.requested``, ``approval.denied`` and ``call.denied``. No hook, guard,
     limit, cache, effect or body runs. Returns False, recording nothing, when the call
     id already has events (the refusal is already on record, or the call ran).
+    ``reviewer`` and ``reason`` follow ``Decision``'s rules (None is "").
     """
+    # Normalised (or refused) before anything is recorded, as a Decision's fields are.
+    denial = Decision(approved=False, reviewer=reviewer, reason=reason)
+    reviewer, reason = denial.reviewer, denial.reason
+    if not isinstance(source, str):
+        raise ToolUsageError(f"source must be text, not {type(source).__name__}")
+    source = text(source)
     if not self._started:
         await self._ensure_started()
     while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)

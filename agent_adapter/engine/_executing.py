@@ -27,6 +27,7 @@ from ..ledger._events import (
     Event,
 )
 from ..ledger._follow import EffectTaken
+from ..ledger._recordable import UnrecordableEvent, append_repaired
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
@@ -236,7 +237,10 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         # forgotten one. (_flush inlined: the buffer is never empty here.)
         events, run.buffer = run.buffer, []
         try:
-            await self.ledger.append_many(events)
+            try:
+                await self.ledger.append_many(events)
+            except UnrecordableEvent as refused:  # (never for what the boundary checked)
+                await append_repaired(self.ledger, events, refused)
         except EffectTaken as taken:
             # Another process claimed the key first; its claim is applied by now, so
             # the claim step decides again (duplicate or ambiguous), as for our own.
@@ -293,7 +297,10 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             run, call, "output", spec.output_guards + self._output_guards, (call, result)
         )
     try:
-        builtins = msgspec.to_builtins(result)
+        # Keys as text (what JSON holds): {1: ...} and {"1": ...} are one key in the
+        # ledger, so what is recorded reads back as it was recorded.
+        builtins = msgspec.to_builtins(result, str_keys=True)
+        result_digest = digest(builtins) if spec.redact_result else ""
         if type(builtins) is str:
             if not builtins.isascii():
                 builtins.encode("utf-8")  # a lone surrogate cannot be stored
@@ -314,7 +321,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             call_id=ctx.call_id,
             tool=spec.name,
             duration_ms=(now - run.t0) * 1000.0,
-            result_digest=digest(builtins),
+            result_digest=result_digest,
             redacted=True,
         )
     else:
@@ -339,7 +346,10 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         run.buffer.append(outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
-        await self.ledger.append_many(events)
+        try:
+            await self.ledger.append_many(events)
+        except UnrecordableEvent as refused:  # (never for what the boundary checked)
+            await append_repaired(self.ledger, events, refused)
     except asyncio.CancelledError:
         if pin:
             self._unpin_when_written(run_id)

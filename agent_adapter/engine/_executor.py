@@ -34,11 +34,18 @@ from ..ledger._events import (
     CallValidated,
     Event,
     HookFailed,
+    decode_event,
 )
 from ..ledger._follow import Follow, appending
 from ..ledger._memory import MemoryLedger
 from ..ledger._protocol import Ledger
-from ..ledger._recordable import recordable, text
+from ..ledger._recordable import (
+    UnrecordableEvent,
+    append_repaired,
+    checked_clock,
+    recordable,
+    text,
+)
 from ..ledger._watch import ChainWatch
 from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
@@ -120,7 +127,8 @@ class Executor:
         self._sync_appends = type(self.ledger).append_many is MemoryLedger.append_many
         self.approval = approval
         self.limits = limits
-        self._clock = clock or time.time
+        # A clock of the caller's is checked at each reading (time.time needs no check).
+        self._clock = time.time if clock is None else checked_clock(clock)
         self._guards = tuple(guards)
         self._output_guards = tuple(output_guards)
         self.hooks = tuple(hooks)
@@ -200,11 +208,10 @@ class Executor:
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
             last = 0
-            watch = ChainWatch()
-            see = watch.see
-            async for event in self.ledger.read():
+            watch = ChainWatch(keyed=getattr(self.ledger, "keyed", None))
+            async for event, payload in _replayed(self.ledger):
                 apply(event)
-                see(event)  # the chain as it passes: gaps, links, hashes, malformed
+                watch.see(event, payload)  # the chain as it passes: gaps, links, hashes
                 last = event.seq
             problems = watch.findings()
             if verify:
@@ -316,11 +323,20 @@ class Executor:
         self.state.apply(event)
         run.buffer.append(event)
 
+    async def _append(self, events: list[Event]) -> None:
+        """``ledger.append_many(events)``; an event the ledger refuses as unrecordable
+        (a value that got past the boundary checks) is repaired and the batch appended
+        again, so that a call never ends without its outcome for want of a value."""
+        try:
+            await self.ledger.append_many(events)
+        except UnrecordableEvent as refused:
+            await append_repaired(self.ledger, events, refused)
+
     async def _flush(self, run: _Run) -> None:
         if not run.buffer:
             return
         events, run.buffer = run.buffer, []
-        await self.ledger.append_many(events)
+        await self._append(events)
         if self._observed:
             await self._dispatch(events)
 
@@ -330,7 +346,7 @@ class Executor:
             self.state.apply(event)
         mine = appending.set(self._follower)  # ours: never handed back to us
         try:
-            await self.ledger.append_many(events)
+            await self._append(events)
             if self._observed:
                 await self._dispatch(events)
         finally:
@@ -358,7 +374,7 @@ class Executor:
             stage=stage,
             error=text(f"{type(exc).__name__}: {exc}"),
         )
-        await self.ledger.append(failed)
+        await self._append([failed])
         for queue in self._subscribers:
             queue.put_nowait(failed)
 
@@ -521,6 +537,14 @@ class Executor:
             size = len(args.encode("utf-8", "replace")) if isinstance(args, str) else len(args)
             if size > MAX_ARGS_BYTES:
                 return f"[withheld: {size} bytes, over the size limit]"
+        if type(args) is not dict and not isinstance(args, _TEXT):
+            # A mapping that is not a dict (recorded as its items), or an object given as
+            # arguments (validation refuses it): as its JSON form, so that redaction
+            # applies to its fields too and nothing is recorded as a placeholder.
+            try:
+                args = dict(args) if isinstance(args, Mapping) else msgspec.to_builtins(args)
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                return f"[not recorded: arguments of type {type(args).__name__}]"
         if isinstance(args, dict) or not spec.redact:
             if isinstance(args, _BINARY):
                 return bytes(args).decode("utf-8", "replace")
@@ -528,7 +552,8 @@ class Executor:
                 return text(args)  # (a lone surrogate: recorded as its escape)
             return redacted(args, spec.redact)
         if not isinstance(args, _TEXT):
-            return args
+            # Not an object (a list, a number): no field can be told apart from another.
+            return "[redacted: arguments that are not an object]"
         try:
             return redacted(msgspec.json.decode(args), spec.redact)
         except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
@@ -558,7 +583,7 @@ class Executor:
             self._emit(run, outcome)
             run.ended = True
             events, run.buffer = run.buffer, []
-            await self.ledger.append_many(events)
+            await self._append(events)
         except asyncio.CancelledError:
             self._unpin_when_written(run_id)
             raise
@@ -600,7 +625,7 @@ class Executor:
         self._emit(run, outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
-        task = asyncio.ensure_future(self.ledger.append_many(events))
+        task = asyncio.ensure_future(self._append(events))
         task.add_done_callback(lambda t: _unpin_done(state, run.key[0], t))
         try:
             await asyncio.shield(task)
@@ -640,6 +665,26 @@ class _Subscription:
         if executor is not None:
             executor._subscribers.remove(self._queue)
             executor._observed = bool(executor._on_event or executor._subscribers)
+
+
+async def _replayed(ledger: Ledger) -> AsyncIterator[tuple[Event, bytes | None]]:
+    """Every event of ``ledger`` with its stored bytes (None from a store that cannot
+    give them), so that replay can check each hash on the way."""
+    read_records = getattr(ledger, "read_records", None)
+    if read_records is None:
+        async for event in ledger.read():
+            yield event, None
+        return
+    async for record in read_records():
+        payload, prev, hash_ = record.payload, record.prev, record.hash
+        if type(payload) is not bytes or type(prev) is not str or type(hash_) is not str:
+            raise LedgerError(
+                f"ledger {ledger!r}: seq {record.seq} is damaged (a stored value is of the "
+                "wrong type); see agent-adapter ledger verify"
+            )
+        event = decode_event(payload)
+        event.seq, event.prev, event.hash = record.seq, prev, hash_
+        yield event, payload
 
 
 _default: Executor | None = None

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolArgsInvalid, ToolUsageError
+from ..ledger._recordable import text
 from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
@@ -379,6 +380,10 @@ class Registry:
         validator: Any = None,
         untyped: bool = False,
     ) -> ToolSpec:
+        # The name goes into every event of every call: plain, encodable text.
+        if not isinstance(name, str) or not name:
+            raise ToolUsageError(f"a tool's name must be non-empty text, not {name!r}")
+        name = text(name)
         if name in self._specs:
             raise ToolUsageError(f"a tool named {name!r} is already registered")
         if not (isinstance(confirm, bool) or callable(confirm)):
@@ -409,8 +414,15 @@ class Registry:
         if bad_path is not None:
             raise ToolUsageError(f"tool {name}: redact: {bad_path}")
         for label, value in (("timeout", timeout), ("cache", cache)):
-            if value is not None and not value > 0:
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value < math.inf
+            ):
                 raise ToolUsageError(f"tool {name}: {label} must be a positive number of seconds")
+        # Seconds as floats: recorded as floats (timeout_s), so they read back as written.
+        timeout = None if timeout is None else float(timeout)
+        cache = None if cache is None else float(cache)
         spec = ToolSpec(
             name=name,
             description=description,

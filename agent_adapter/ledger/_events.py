@@ -389,7 +389,10 @@ def decode_event(data: bytes | str) -> Event:
         error = exc
     except msgspec.DecodeError as exc:
         return UnknownEvent(malformed=f"the payload is not JSON: {exc}")
-    raw = msgspec.json.decode(data)
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:  # valid JSON msgspec cannot hold (1e900, say)
+        return UnknownEvent(malformed=f"the payload cannot be read: {exc}")
     if not isinstance(raw, dict):
         return UnknownEvent(malformed=f"the payload is not an event: {error}")
     base = {k: raw[k] for k in _BASE if k in raw}

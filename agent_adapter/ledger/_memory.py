@@ -39,6 +39,11 @@ class MemoryLedger:
         self._follows: tuple[Follow, ...] = ()
 
     @property
+    def keyed(self) -> bool:
+        """True when the chain's hashes are HMACs (``key=``)."""
+        return self._key is not None
+
+    @property
     def records(self) -> list[Record]:
         """The stored records, in seq order (the list itself: tests may tamper with it)."""
         return self._records

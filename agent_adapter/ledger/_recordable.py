@@ -17,7 +17,8 @@ of any value (or the value itself, when it encodes as it is).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import msgspec
@@ -25,10 +26,23 @@ import msgspec
 from ..errors import LedgerError
 from ._events import Event, _encoder
 
-__all__ = ["MAX_RECORDED_DEPTH", "PAYLOADS", "UnrecordableEvent", "payload", "recordable", "text"]
+__all__ = [
+    "MAX_RECORDED_DEPTH",
+    "PAYLOADS",
+    "UnrecordableEvent",
+    "append_repaired",
+    "checked_clock",
+    "payload",
+    "repair",
+    "recordable",
+    "text",
+]
 
 #: Containers nested deeper than this are recorded as a placeholder by ``recordable``.
 MAX_RECORDED_DEPTH = 64
+
+# The ledger's encoder without its placeholder hook: what encodes as it is.
+_strict = msgspec.json.Encoder()
 
 # What encoding a value can raise: a lone surrogate (UnicodeEncodeError, a ValueError),
 # nesting past the recursion limit, an int too large, an object msgspec refuses.
@@ -47,7 +61,10 @@ class UnrecordableEvent(LedgerError):
 
 
 def text(value: str) -> str:
-    """``value`` as text every store can encode: a lone surrogate becomes its escape."""
+    """``value`` as text every store can encode: a plain ``str`` (a subclass's value is
+    copied out: the encoder takes only exact ``str``), a lone surrogate as its escape."""
+    if type(value) is not str:
+        value = str.__str__(value)
     if value.isascii():
         return value
     try:
@@ -64,7 +81,7 @@ def recordable(value: Any) -> Any:
     and objects that cannot be encoded become placeholder texts. It never raises.
     """
     try:
-        _encoder.encode(value)
+        _strict.encode(value)  # no hook: an object or a non-text key is copied below
     except _ENCODE_ERRORS:
         return _copy(value, 0)
     return value
@@ -73,8 +90,10 @@ def recordable(value: Any) -> Any:
 def _copy(value: Any, depth: int) -> Any:
     if isinstance(value, str):
         return text(value)
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or type(value) in (bool, int, float):
         return value
+    if isinstance(value, bool | int | float):
+        return value.__index__() if isinstance(value, int) else float(value)
     if depth >= MAX_RECORDED_DEPTH:
         return f"[not recorded: nested deeper than {MAX_RECORDED_DEPTH} levels]"
     if isinstance(value, dict):
@@ -109,7 +128,7 @@ _NAMES: dict[str, Any] = {
     "_str": str,
     "_bool": bool,
     "_int": int,
-    "_num": (int, float),
+    "_float": float,
     "_seq": (list, tuple),
     "_dict": dict,
     "_inf": math.inf,
@@ -124,14 +143,15 @@ def _expr(t: Any, v: str, names: dict[str, Any], depth: int = 0) -> str | None:
     if isinstance(t, inspect.AnyType):
         return None
     if isinstance(t, inspect.StrType):
-        return f"isinstance({v}, _str)"
+        return f"type({v}) is _str"
     if isinstance(t, inspect.BoolType):
         return f"type({v}) is _bool"
     if isinstance(t, inspect.IntType):
         return f"type({v}) is _int"
     if isinstance(t, inspect.FloatType):
-        # NaN and infinities encode as null, which a float field refuses.
-        return f"(type({v}) in _num and -_inf < {v} < _inf)"
+        # Exactly a float: NaN and infinities encode as null, which a float field
+        # refuses; an int reads back as a float, so its bytes would not re-encode alike.
+        return f"(type({v}) is _float and -_inf < {v} < _inf)"
     if isinstance(t, inspect.NoneType):
         return f"{v} is None"
     if isinstance(t, inspect.DictType):
@@ -240,3 +260,100 @@ def payload(event: Event) -> bytes:
     if encode is None:
         encode = PAYLOADS[type(event)] = _compile(type(event))
     return encode(event)
+
+
+def checked_clock(clock: Callable[[], Any]) -> Callable[[], float]:
+    """``clock`` whose readings are always a finite float, as every event's ``ts`` must be.
+
+    An int or a Decimal is converted; NaN, an infinity or a value that is not a number
+    raises ``ValueError`` naming it, before the event that would hold it is built (a
+    NaN time would be written as null, which no reader takes as a time).
+    """
+
+    def now() -> float:
+        value = clock()
+        if type(value) is float and -math.inf < value < math.inf:
+            return value
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (-math.inf < seconds < math.inf) or isinstance(value, bool):
+            raise ValueError(f"the clock returned {value!r}, not a finite number of seconds")
+        return seconds
+
+    return now
+
+
+# -- the engine's safety net: an event refused by the ledger is repaired, not lost ------
+
+
+def repair(event: Event) -> bool:
+    """Make every field of ``event`` recordable in place; True when one was changed.
+
+    For what gets past the boundary checks (a metadata dict a hook changed after the
+    call's context was built, say): text as ``text``, numbers converted (0 when they
+    cannot be), ``Any`` values as ``recordable`` copies, other types rebuilt from their
+    recordable JSON form (their default when that fails).
+    """
+    info = msgspec.inspect.type_info(type(event))
+    assert isinstance(info, msgspec.inspect.StructType)
+    hints = typing.get_type_hints(type(event))
+    changed = False
+    for field in info.fields:
+        if field.name in _CHAIN_FIELDS:
+            continue
+        value = getattr(event, field.name)
+        default = field.default
+        if default is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
+            default = field.default_factory()
+        fixed = _fitted(field.type, value, default, hints[field.name])
+        if fixed is not value:
+            setattr(event, field.name, fixed)
+            changed = True
+    return changed
+
+
+def _fitted(t: Any, value: Any, default: Any, annotation: Any) -> Any:
+    inspect = msgspec.inspect
+    if isinstance(t, inspect.StrType):
+        if type(value) is str:
+            fixed = text(value)
+            return value if fixed == value else fixed
+        if isinstance(value, str):
+            return text(value)
+        return "" if value is None else text(repr(value))
+    if isinstance(t, inspect.FloatType):
+        if type(value) is float and -math.inf < value < math.inf:
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return 0.0
+        return number if -math.inf < number < math.inf else 0.0
+    if isinstance(t, inspect.IntType):
+        return value if type(value) is int else 0
+    if isinstance(t, inspect.BoolType):
+        return value if type(value) is bool else bool(value)
+    if isinstance(t, inspect.AnyType):
+        return recordable(value)
+    try:
+        return msgspec.convert(msgspec.to_builtins(recordable(value), str_keys=True), annotation)
+    except Exception:
+        return None if default is msgspec.NODEFAULT else default
+
+
+async def append_repaired(ledger: Any, events: Sequence[Event], refused: UnrecordableEvent) -> None:
+    """After ``ledger.append_many(events)`` raised ``refused``: repair the refused event
+    and append the batch again (nothing of it was stored), until it is stored; raise
+    when an event cannot be repaired."""
+    for _ in range(len(events) + 1):
+        if not repair(refused.event):
+            raise refused
+        try:
+            await ledger.append_many(events)
+        except UnrecordableEvent as again:
+            refused = again
+            continue
+        return
+    raise refused

@@ -507,7 +507,7 @@ class SQLiteLedger:
                     call_id=call_id,
                     tool=tool,
                     ts=ts,
-                    payload=bytes(payload),
+                    payload=payload,  # as stored: a damaged row keeps its type (verify names it)
                     prev=prev,
                     hash=hash_,
                 )
