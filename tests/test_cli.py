@@ -870,6 +870,37 @@ def test_approvals_show_says_a_key_committed_since_the_request_was_asked(
     ]
 
 
+def test_approvals_show_of_a_used_approval_states_the_key_without_a_warning(
+    built: Built, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a request is answered (and its call committed the key), `show` gives the key's
+    state plainly: nobody is about to approve it, so there is nothing to warn about."""
+    assert (
+        run_main(
+            capsys, "approvals", "approve", built.request_id, "--db", built.db, "--reviewer", "al"
+        )[0]
+        == 0
+    )
+
+    async def resume() -> Any:
+        ledger = SQLiteLedger(built.path)
+        deferred = DeferredApproval(ledger, clock=clock)
+        async with await Executor.open(
+            registry(), ledger=ledger, approval=deferred, clock=clock
+        ) as ex:
+            args = {"order_id": "C3", "amount_cents": 700}
+            return await ex.call("refund", args, run_id="r2", call_id="c6")
+
+    assert asyncio.run(resume()) == "refunded 700 on C3"
+    code, out, err = run_main(capsys, "approvals", "show", built.request_id, "--db", built.db)
+    assert (code, err) == (0, "")
+    (effect,) = [line for line in out.splitlines() if line.startswith("effect")]
+    assert re.split(r"\s+", effect, maxsplit=1) == [
+        "effect",
+        "refund:C3 (committed by call c6, run r2); when asked it was free",
+    ]
+
+
 def test_parse_edits_reads_json_values_and_falls_back_to_text() -> None:
     """`key=value`: JSON numbers, booleans and quoted strings parse; anything else is text."""
     assert parse_edits(["a=1", "b=true", 'c="7"', "d=A1", "e=", "f=x=y"]) == {

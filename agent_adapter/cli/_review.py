@@ -102,22 +102,25 @@ async def _effects_now(ledger: Ledger) -> dict[str, Any]:
     return effects.effects
 
 
-def _effect_now(request: PendingApproval, effects: dict[str, Any]) -> tuple[str, str | None]:
-    """The request's effect key as the ledger has it now: (state, notice).
+def _effect_now(
+    request: PendingApproval, effects: dict[str, Any]
+) -> tuple[str, str | None, Any]:
+    """The request's effect key as the ledger has it now: (state, notice, holder).
 
-    State is "free", "claimed", "committed" or "ambiguous" ("" without a key). The ledger
-    is folded without settling claims: a claim whose call has no outcome yet is
-    "claimed" (it may still be running), never reported as something to resolve.
+    State is "free", "claimed", "committed" or "ambiguous" ("" without a key); holder the
+    ``EffectState`` (None when free). The ledger is folded without settling claims: a
+    claim whose call has no outcome yet is "claimed" (it may still be running), never
+    reported as something to resolve.
     """
     from ..engine._approval import effect_notice
 
     key = request.effect_key
     if key is None:
-        return "", None
+        return "", None, None
     held = effects.get(key)
     if held is None:
-        return "free", None
-    return held.status, effect_notice(key, held.status, held.run_id, held.call_id)
+        return "free", None, None
+    return held.status, effect_notice(key, held.status, held.run_id, held.call_id), held
 
 
 async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
@@ -160,7 +163,9 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
         request = await DeferredApproval(ledger).get(args.request_id)
         status = await _request_status(ledger, args.request_id)
     answered, consumed = status["answered"], status["consumed_by"]
-    effect_state, notice = _effect_now(request, status["effects"])
+    effect_state, notice, held = _effect_now(request, status["effects"])
+    if answered is not None:
+        notice = None  # decided already: nobody is about to approve it
     if args.json:
         data = msgspec.to_builtins(request)
         data["answer"] = msgspec.to_builtins(answered) if answered else None
@@ -191,7 +196,7 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
         ("tool", request.tool),
         ("arguments", compact(request.args, 400)),
         ("digest", request.digest),
-        ("effect", _effect_text(request, effect_state, notice, style)),
+        ("effect", _effect_text(request, effect_state, notice, held, style)),
         ("metadata", compact(request.metadata, 400)),
     ]
     for name, value in lines:
@@ -199,12 +204,21 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def _effect_text(request: PendingApproval, now: str, notice: str | None, style: Any) -> str:
-    """The request's effect key for ``approvals show``: what holds it now, and what held
-    it when the request was asked, when that was different."""
-    if request.effect_key is None:
+def _effect_text(
+    request: PendingApproval, now: str, notice: str | None, held: Any, style: Any
+) -> str:
+    """The request's effect key for ``approvals show``: why approving cannot make the call
+    run (an open request), else its state now; and its state when the request was asked,
+    when that was different."""
+    key = request.effect_key
+    if key is None:
         return "none"
-    text = style.paint(notice, "yellow") if notice else f"{request.effect_key} (free)"
+    if notice is not None:
+        text = style.paint(notice, "yellow")
+    elif held is not None:
+        text = f"{key} ({now} by call {held.call_id}, run {held.run_id})"
+    else:
+        text = f"{key} ({now})"
     asked = request.effect_state or "free"
     if asked != now:
         text += f"; when asked it was {asked}"
