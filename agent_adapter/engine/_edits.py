@@ -5,9 +5,9 @@ A deferred request records the tool's schema (``approval.pending``), so whoever 
 before it is recorded: a recorded answer is final, and an edit that does not validate
 would only fail the call later. The executor still validates the edit with the tool's
 own validator when the call comes back; this check is the same JSON Schema, read strictly
-(an ``integer`` is never ``1.0``, as for a signature's ``int``), so what it accepts the
-executor accepts in all but rare cases (a ``format`` such as ``date-time`` is checked only
-by the executor).
+(an ``integer`` is never ``1.0``, as for a signature's ``int``; a schema tool's own
+validator would take ``1.0``), so what it accepts the executor accepts in all but rare
+cases (a ``format`` such as ``date-time`` is checked only by the executor).
 
 Where an edit leaves a redacted value as shown (``"[redacted]"``), the executor puts the
 requested value back: such a placeholder is never refused here.
