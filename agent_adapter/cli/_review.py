@@ -102,9 +102,7 @@ async def _effects_now(ledger: Ledger) -> dict[str, Any]:
     return effects.effects
 
 
-def _effect_now(
-    request: PendingApproval, effects: dict[str, Any]
-) -> tuple[str, str | None, Any]:
+def _effect_now(request: PendingApproval, effects: dict[str, Any]) -> tuple[str, str | None, Any]:
     """The request's effect key as the ledger has it now: (state, notice, holder).
 
     State is "free", "claimed", "committed" or "ambiguous" ("" without a key); holder the
