@@ -10,6 +10,9 @@ Then the audit of the SQLite ledger is printed.
 
 Without a terminal and without a decision flag the refund is denied (fail closed), so
 the demo never waits for input nobody can give.
+
+``--db`` is replaced on each run only when it is the demo's own ledger (it carries
+``DEMO_MARK`` in its meta); any other file is refused and left as it was.
 """
 
 from __future__ import annotations
@@ -32,14 +35,20 @@ from .bridges.openai_agents import function_tools, resolve_interruptions
 from .bridges.openai_agents import run as run_agent
 from .cli import CliError, Style, log_hooks, render_audit
 from .engine import CallbackApproval, Decision, Executor, Registry, current_call
-from .errors import AdapterError, DuplicateEffect, ToolError
+from .errors import AdapterError, DuplicateEffect, LedgerError, ToolError
 from .ledger import Event, replay
 from .ledger._sqlite import SQLiteLedger
+from .ledger._sqlite_files import _probe
 from .ledger._sqlite_mark import mark_path
 
-__all__ = ["AMOUNT_CENTS", "ORDER_ID", "RUN_ID", "build_registry", "run"]
+__all__ = ["AMOUNT_CENTS", "DEMO_MARK", "ORDER_ID", "RUN_ID", "build_registry", "run"]
 
 RUN_ID = "demo-run"
+#: The meta row that marks a ledger file as the demo's own (written in the transaction
+#: that creates the file): the only kind of file ``--db`` replaces.
+DEMO_MARK = ("created_by", "agent-adapter demo")
+# Files SQLite keeps beside a database; a WAL or journal may hold part of its content.
+_SIDECARS = ("-wal", "-shm", "-journal")
 ORDER_ID = "A1001"
 AMOUNT_CENTS = 4250
 ORDERS: dict[str, dict[str, Any]] = {
@@ -248,20 +257,72 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
             print("  an amount is a whole number of cents", file=out)
 
 
-def _fresh_ledger_path(path: Path, out: IO[str]) -> None:
+class _DemoLedger(SQLiteLedger):
+    """The demo's ledger: a file it creates carries ``DEMO_MARK`` from its first commit."""
+
+    _marks = (DEMO_MARK,)
+
+
+def _refuse(path: Path, what: str) -> CliError:
+    # Never "remove it": a ledger holds the effect keys that stop a second refund.
+    return CliError(
+        f"the demo replaces only a ledger it wrote itself: {path} {what}; it was left "
+        "unchanged (pass --db with a new file name)"
+    )
+
+
+def _fresh_ledger_path(path: Path) -> str:
+    """Make room for a fresh demo ledger at ``path``: remove the demo's own earlier one.
+    Returns the line that says where the ledger is.
+
+    A file is the demo's when it is a regular file, an agent-adapter ledger, and carries
+    ``DEMO_MARK`` (read with the ledger's read-only probe, which changes nothing). Anything
+    else (another ledger, another program's database, a text file, a directory, a link)
+    raises ``CliError`` and is left as it was: ``--db`` names a file that may matter.
+    """
+    if path.is_symlink():
+        raise _refuse(path, "is a symbolic link")
     if path.is_dir():
         raise CliError(f"{path} is a directory; pass --db FILE")
     removed = False
-    # The mark too (first: it sits beside the file a link points to): it is the old
-    # ledger's, and would refuse a new one in its place.
-    parts = [Path(mark_path(str(path)))]
-    parts += [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
-    for part in parts:
-        if part.exists():
-            part.unlink()
-            removed = True
+    if not path.exists():
+        # A WAL or journal without its database would be read into the new one.
+        for suffix in ("-wal", "-journal"):
+            if Path(f"{path}{suffix}").exists():
+                raise _refuse(path, f"does not exist, but {path}{suffix} does")
+    else:
+        if not path.is_file():
+            raise _refuse(path, "is not a regular file")
+        if path.stat().st_size == 0:
+            raise _refuse(path, "is an empty file")
+        try:
+            meta = _probe(str(path))
+        except LedgerError as exc:
+            raise _refuse(path, _reason(exc, path)) from None
+        if meta is None:
+            raise _refuse(path, "is an empty SQLite database")
+        if meta.get(DEMO_MARK[0]) != DEMO_MARK[1]:
+            raise _refuse(path, "is an agent-adapter ledger that the demo did not write")
+        # The mark too (first: it sits beside the file a link points to): it is the old
+        # ledger's, and would refuse a new one in its place.
+        parts = [Path(mark_path(str(path)))]
+        parts += [Path(f"{path}{suffix}") for suffix in ("", *_SIDECARS)]
+        for part in parts:
+            if part.exists():
+                part.unlink()
+                removed = True
     note = " (removed the previous one, so every run starts fresh)" if removed else ""
-    print(f"ledger: {path.resolve()}{note}", file=out)
+    return f"ledger: {path.resolve()}{note}"
+
+
+def _reason(exc: LedgerError, path: Path) -> str:
+    """What the probe found (``is not an SQLite database ...``), without the path and the
+    "left unchanged" that the demo's own message says."""
+    reason = str(exc).replace("; it was left unchanged", "")
+    for prefix in (f"ledger {path} ", f"{path} "):
+        if reason.startswith(prefix):
+            return reason[len(prefix) :]
+    return f"cannot be read as a ledger ({reason})"
 
 
 async def run(args: argparse.Namespace, out: IO[str], *, stdin: IO[str] | None = None) -> int:
@@ -282,14 +343,15 @@ async def run(args: argparse.Namespace, out: IO[str], *, stdin: IO[str] | None =
 
 async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: Style) -> int:
     path = Path(args.db)
+    where = _fresh_ledger_path(path)  # first: a refusal is the only line the demo prints
     title = "agent-adapter demo: a support agent on the OpenAI Agents SDK"
     print(style.paint(title, "bold") + " (scripted model: no API key, no network)", file=out)
-    _fresh_ledger_path(path, out)
+    print(where, file=out)
 
     refunds: list[dict[str, Any]] = []
     registry = build_registry(refunds)
     hooks = [_Narrator(out, style), *log_hooks(getattr(args, "logging", False))]
-    ledger = SQLiteLedger(str(path))
+    ledger = _DemoLedger(str(path))
     executor = await Executor.open(registry, ledger=ledger, hooks=hooks)
     try:
         model = ScriptedModel(_script())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from _helpers import (
     assert_one_outcome_each,
@@ -23,10 +24,13 @@ from agent_adapter import (
     digest,
 )
 from agent_adapter.errors import (
+    AmbiguousEffect,
     ApprovalDenied,
     ApprovalPending,
+    DuplicateEffect,
     GuardrailBlocked,
     ToolArgsInvalid,
+    ToolFailed,
     ToolUsageError,
 )
 from agent_adapter.ledger import (
@@ -37,6 +41,7 @@ from agent_adapter.ledger import (
     ApprovalRequested,
     CallDenied,
     CallPending,
+    CallRequested,
     CallValidated,
     MemoryLedger,
 )
@@ -45,6 +50,13 @@ pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 D = digest({"order_id": "A1", "amount_cents": 500})
 COMMON = {"ts": 1000.0, "run_id": "r1", "call_id": "c1", "tool": "refund"}
+#: refund's JSON Schema, as requests carry it
+SCHEMA = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "integer"}},
+    "required": ["order_id", "amount_cents"],
+    "additionalProperties": False,
+}
 
 
 def make(confirm: Any = True, **options: Any) -> tuple[Registry, Any, list[dict[str, Any]]]:
@@ -103,6 +115,7 @@ async def test_port_grants(clock: Any) -> None:
             args=ARGS,
             digest=D,
             metadata={"via": "test"},
+            json_schema=SCHEMA,
         )
     ]
     assert ran == [ARGS]
@@ -394,6 +407,7 @@ async def test_deferred_two_phases(clock: Any) -> None:
             digest=D,
             args=ARGS,
             metadata={"via": "test"},
+            json_schema=SCHEMA,
         ),
         CallPending(seq=5, **COMMON, request_id=request_id),
     )
@@ -659,4 +673,274 @@ async def test_a_second_answer_that_lands_after_another_is_refused_not_dropped()
     assert "already approved by alice" in str(refused.value)
     assert "does not count" in str(refused.value)
     assert await executor.run_spec(refund, ARGS, ctx("c2")) == "refunded 500"
+    assert ran == [ARGS]
+
+
+# -- edits checked before they are recorded ---------------------------------------------
+
+
+class Card(msgspec.Struct):
+    """A card whose number is an int (so "[redacted]" does not fit it)."""
+
+    number: int
+    exp: str
+
+
+@pytest.mark.parametrize(
+    ("edits", "problem"),
+    [
+        ({"order_id": "A1", "amount_cents": "abc"}, "amount_cents: 'abc' is not of type 'integer'"),
+        ({"order_id": "A1", "amount_cents": 1.0}, "amount_cents: 1.0 is not of type 'integer'"),
+        ({"order_id": "A1", "amount_cents": True}, "amount_cents: True is not of type 'integer'"),
+        ({"order_id": "A1"}, "'amount_cents' is a required property"),
+        (
+            {"order_id": "A1", "amount_cents": 5, "amount": 5},
+            "Additional properties are not allowed ('amount' was unexpected)",
+        ),
+    ],
+    ids=["text", "float", "bool", "missing", "unknown"],
+)
+async def test_deferred_answer_refuses_edits_that_do_not_fit_the_tool(
+    clock: Any, edits: dict[str, Any], problem: str
+) -> None:
+    """answer() checks edits against the schema recorded with the request: ToolArgsInvalid
+    naming the field, nothing recorded, the request still open and answerable."""
+    registry, refund, ran = make()
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger, clock=clock)
+    executor = Executor(registry, ledger=ledger, approval=deferred, clock=clock)
+    with pytest.raises(ApprovalPending) as info:
+        await executor.run_spec(refund, ARGS, ctx("c1"))
+    request_id = info.value.request_id
+    before = await recorded(ledger)
+    with pytest.raises(ToolArgsInvalid) as refused:
+        await deferred.answer(request_id, approved=True, reviewer="dan", edits=edits)
+    assert str(refused.value) == (
+        f"the edits do not fit the arguments of refund: {problem}; nothing was recorded"
+    )
+    assert await recorded(ledger) == before
+    assert [p.request_id for p in await deferred.pending()] == [request_id]
+    good = {"order_id": "A1", "amount_cents": 100}
+    await deferred.answer(request_id, approved=True, reviewer="dan", edits=good)
+    assert await executor.run_spec(refund, ARGS, ctx("c2")) == "refunded 100"
+    assert ran == [good]
+
+
+async def test_deferred_answer_takes_a_redacted_placeholder_the_schema_would_refuse(
+    clock: Any,
+) -> None:
+    """An edit that leaves "[redacted]" at a redacted path (here an int field, nested) is
+    not refused by the schema check: the executor runs the value the call asked with."""
+    registry = Registry()
+    ran: list[tuple[int, int]] = []
+
+    @registry.tool(confirm=True, redact=["card.number"])
+    async def charge(card: Card, amount: int) -> str:
+        ran.append((card.number, amount))
+        return "ok"
+
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger, clock=clock)
+    executor = Executor(registry, ledger=ledger, approval=deferred, clock=clock)
+    args = {"card": {"number": 4111, "exp": "12/30"}, "amount": 50}
+    with pytest.raises(ApprovalPending) as info:
+        await executor.run_spec(charge, args, ctx("c1"))
+    (pending,) = await deferred.pending()
+    shown = {"card": {"number": "[redacted]", "exp": "12/30"}, "amount": 5}
+    assert pending.edit_problem(shown) is None
+    assert str(pending.edit_problem({**shown, "amount": "5"})) == (
+        "amount: '5' is not of type 'integer'"
+    )
+    await deferred.answer(info.value.request_id, approved=True, reviewer="r", edits=shown)
+    assert await executor.run_spec(charge, args, ctx("c2")) == "ok"
+    assert ran == [(4111, 5)]
+
+
+async def test_a_request_recorded_without_a_schema_takes_edits_the_executor_refuses(
+    clock: Any,
+) -> None:
+    """An open request written before the schema was recorded (an older version): answer()
+    cannot check edits, records them as given, and the executor refuses them when the call
+    comes back (call.invalid, ToolArgsInvalid), as it always did."""
+    registry, refund, ran = make()
+    ledger = MemoryLedger()
+    # What an older version wrote for a call held by its deferred port.
+    old = [
+        CallRequested(**COMMON, args=ARGS, metadata={"via": "test"}),
+        CallValidated(**COMMON, digest=D),
+        ApprovalRequested(**COMMON, request_id="q-old", digest=D),
+        ApprovalDeferred(
+            **COMMON, request_id="q-old", digest=D, args=ARGS, metadata={"via": "test"}
+        ),
+        CallPending(**COMMON, request_id="q-old"),
+    ]
+    for event in old:
+        await ledger.append(event)
+    deferred = DeferredApproval(ledger, clock=clock)
+    (pending,) = await deferred.pending()
+    assert (pending.json_schema, pending.edit_problem({"amount_cents": "abc"})) == (None, None)
+    bad = {"order_id": "A1", "amount_cents": "abc"}
+    await deferred.answer("q-old", approved=True, reviewer="dan", edits=bad)
+    executor = await Executor.open(registry, ledger=ledger, approval=deferred, clock=clock)
+    with pytest.raises(ToolArgsInvalid) as info:
+        await executor.run_spec(refund, ARGS, ctx("c2"))
+    message = "invalid arguments for refund: Expected `int`, got `str` - at `$.amount_cents`"
+    assert str(info.value) == message
+    events = await recorded(ledger, call_id="c2")
+    assert [e.type for e in events] == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.consumed",
+        "call.invalid",
+    ]
+    assert events[-1].error == f"edited {message}"
+    assert ran == []
+
+
+# -- the effect key's state, told to the reviewer -----------------------------------------
+
+
+async def test_the_port_is_told_the_key_is_committed_and_the_call_is_still_refused(
+    clock: Any,
+) -> None:
+    """A call whose effect key an earlier call committed: the request carries the key, its
+    state and the committing call; approving changes nothing (call.duplicate, as before)."""
+    registry, refund, ran = make(effect="refund:{order_id}")
+    asked: list[ApprovalRequest] = []
+
+    def decide(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, approval=CallbackApproval(decide), clock=clock)
+    assert await executor.run_spec(refund, ARGS, ctx("c1")) == "refunded 500"
+    again = {"order_id": "A1", "amount_cents": 700}
+    with pytest.raises(DuplicateEffect):
+        await executor.run_spec(refund, again, ctx("c2"))
+    first, second = asked
+    assert (first.effect_key, first.effect_state, first.effect_notice) == ("refund:A1", None, None)
+    assert second == ApprovalRequest(
+        request_id=second.request_id,
+        run_id="r1",
+        call_id="c2",
+        tool="refund",
+        args=again,
+        digest=digest(again),
+        metadata={"via": "test"},
+        json_schema=SCHEMA,
+        effect_key="refund:A1",
+        effect_state="committed",
+        effect_by_run_id="r1",
+        effect_by_call_id="c1",
+    )
+    assert second.effect_notice == (
+        "refund:A1 is already committed by call c1 (run r1): approving cannot make it run"
+    )
+    assert await types(ledger, "c2") == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.granted",
+        "call.duplicate",
+    ]
+    assert ran == [ARGS]
+
+
+async def test_the_port_is_told_the_key_is_claimed_or_ambiguous(clock: Any) -> None:
+    """A key held by a call still running is "claimed"; one whose call failed after its body
+    began is "ambiguous"; the notice says so without suggesting to resolve it."""
+    import asyncio
+
+    registry = Registry()
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    @registry.tool(confirm=True, effect="ship:{order_id}")
+    async def ship(order_id: str, fail: bool = False) -> str:
+        entered.set()
+        await release.wait()
+        if fail:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    asked: list[ApprovalRequest] = []
+
+    def decide(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return request.call_id != "c2"
+
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger, approval=CallbackApproval(decide), clock=clock)
+    running = asyncio.ensure_future(
+        executor.run_spec(ship, {"order_id": "A1", "fail": True}, ctx("c1"))
+    )
+    await entered.wait()
+    with pytest.raises(ApprovalDenied):
+        await executor.run_spec(ship, {"order_id": "A1"}, ctx("c2"))
+    release.set()
+    with pytest.raises(ToolFailed):
+        await running
+    with pytest.raises(AmbiguousEffect):
+        await executor.run_spec(ship, {"order_id": "A1"}, ctx("c3"))
+    held = [(r.call_id, r.effect_state, r.effect_by_call_id, r.effect_notice) for r in asked]
+    assert held == [
+        ("c1", None, "", None),
+        (
+            "c2",
+            "claimed",
+            "c1",
+            "ship:A1 is claimed by call c1 (run r1), which has not finished: approving cannot "
+            "make this call run while that call holds the key",
+        ),
+        (
+            "c3",
+            "ambiguous",
+            "c1",
+            "ship:A1 is ambiguous (call c1 (run r1) started and its outcome is unknown): "
+            "approving cannot make this call run while it is",
+        ),
+    ]
+
+
+async def test_a_deferred_request_records_the_key_state(clock: Any) -> None:
+    """approval.pending carries the key's state and holder, and pending() gives them back."""
+    registry, refund, ran = make(effect="refund:{order_id}")
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger, clock=clock)
+    executor = Executor(registry, ledger=ledger, approval=deferred, clock=clock)
+    approved = Decision(approved=True, reviewer="ui", digest=D)
+    assert await executor.run_spec(refund, ARGS, ctx("c1", approved)) == "refunded 500"
+    with pytest.raises(ApprovalPending) as info:
+        await executor.run_spec(refund, ARGS, ctx("c2"))
+    request_id = info.value.request_id
+    pending_event = (await recorded(ledger, call_id="c2"))[3]
+    assert pending_event == ApprovalDeferred(
+        seq=pending_event.seq,
+        **{**COMMON, "call_id": "c2"},
+        request_id=request_id,
+        digest=D,
+        args=ARGS,
+        metadata={"via": "test"},
+        json_schema=SCHEMA,
+        effect_key="refund:A1",
+        effect_state="committed",
+        effect_by_run_id="r1",
+        effect_by_call_id="c1",
+    )
+    (pending,) = await deferred.pending()
+    assert (
+        pending.effect_key,
+        pending.effect_state,
+        pending.effect_by_run_id,
+        pending.effect_by_call_id,
+        pending.effect_notice,
+    ) == (
+        "refund:A1",
+        "committed",
+        "r1",
+        "c1",
+        "refund:A1 is already committed by call c1 (run r1): approving cannot make it run",
+    )
     assert ran == [ARGS]

@@ -23,12 +23,23 @@ import structlog
 from _other_process import LockHolder, crash_after_appending
 from _other_user import OtherUser
 
-from agent_adapter import CallbackApproval, Decision, DeferredApproval, Executor, Registry
+from agent_adapter import (
+    CallbackApproval,
+    Decision,
+    DeferredApproval,
+    Executor,
+    Registry,
+    digest,
+)
 from agent_adapter.cli import Style, main, parse_edits
 from agent_adapter.errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolTimeout
 from agent_adapter.ledger import (
+    ApprovalDeferred,
+    ApprovalRequested,
+    CallPending,
     CallRequested,
     CallStarted,
+    CallValidated,
     Event,
     SQLiteLedger,
     decode_event,
@@ -734,6 +745,239 @@ def test_approvals_approve_with_edits_replaces_the_arguments(
     )
     answered = asyncio.run(read_events(built.path))[-1]
     assert answered.edits == {"order_id": "C3", "amount_cents": 300}
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ("amount_cents=abc", "amount_cents: 'abc' is not of type 'integer'"),
+        ("amount_cents=1.5", "amount_cents: 1.5 is not of type 'integer'"),
+        ("amount=300", "Additional properties are not allowed ('amount' was unexpected)"),
+    ],
+    ids=["text", "float", "unknown"],
+)
+def test_an_edit_that_does_not_fit_the_tool_is_refused_and_nothing_recorded(
+    built: Built, edit: str, problem: str
+) -> None:
+    """`approve --edit` is checked against the tool's schema recorded with the request: one
+    line naming the field, exit 1, the ledger unchanged; the request can still be answered."""
+    before = snapshot(built.path.parent)
+    done = cli(
+        "approvals", "approve", built.request_id, "--db", built.db, "--reviewer", "alice",
+        "--edit", edit,
+    )  # fmt: skip
+    assert_one_line_error(
+        done,
+        f"cannot approve request {built.request_id}: the edits do not fit the arguments of "
+        f"refund: {problem}; nothing was recorded",
+    )
+    assert snapshot(built.path.parent) == before
+    done = cli(
+        "approvals", "approve", built.request_id, "--db", built.db, "--reviewer", "alice",
+        "--edit", "amount_cents=300",
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+async def _open_request(path: Path, clock: Any, registry: Registry, args: dict[str, Any]) -> str:
+    """Ask a deferred port on ``path`` about ``args`` (run r3, call c6); the request id."""
+    ledger = SQLiteLedger(path)
+    deferred = DeferredApproval(ledger, clock=clock)
+    async with await Executor.open(registry, ledger=ledger, approval=deferred, clock=clock) as ex:
+        with pytest.raises(ApprovalPending) as pending:
+            await ex.call(registry_tool(registry), args, run_id="r3", call_id="c6")
+    return pending.value.request_id
+
+
+def registry_tool(registry: Registry) -> str:
+    """The name of the registry's only tool that needs approval."""
+    (name,) = [spec.name for spec in registry if spec.confirm is True]
+    return name
+
+
+def test_an_edit_may_leave_a_redacted_argument_as_shown(
+    tmp_path: Path, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--edit` of another argument keeps a redacted one as "[redacted]" (its requested value
+    is what runs); the schema check does not refuse the placeholder."""
+    path = tmp_path / "ledger.db"
+    ran: list[tuple[int, int]] = []
+    reg = Registry()
+
+    @reg.tool(confirm=True, redact=["card"])
+    async def charge(card: int, amount: int) -> str:
+        """Charge a card."""
+        ran.append((card, amount))
+        return "charged"
+
+    request_id = asyncio.run(_open_request(path, clock, reg, {"card": 4111, "amount": 50}))
+    code, out, err = run_main(
+        capsys, "approvals", "approve", request_id, "--db", str(path), "--reviewer", "alice",
+        "--edit", "amount=5",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out == (
+        f"approved request {request_id} (charge, run r3) as alice with arguments "
+        '{"card":"[redacted]","amount":5}\n'
+    )
+
+    async def again() -> Any:
+        ledger = SQLiteLedger(path)
+        deferred = DeferredApproval(ledger, clock=clock)
+        async with await Executor.open(reg, ledger=ledger, approval=deferred, clock=clock) as ex:
+            return await ex.call("charge", {"card": 4111, "amount": 50}, run_id="r3")
+
+    assert asyncio.run(again()) == "charged"
+    assert ran == [(4111, 5)]
+    assert b"4111" not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
+
+
+def test_an_edit_of_a_request_recorded_without_a_schema_is_checked_when_the_call_runs(
+    tmp_path: Path, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An open request an older version recorded (no schema): the edit is recorded with a
+    note saying it could not be checked, and the executor refuses it when the call runs."""
+    path = tmp_path / "ledger.db"
+    args = {"order_id": "C3", "amount_cents": 700}
+    common = {"ts": 1000.0, "run_id": "r2", "call_id": "c5", "tool": "refund"}
+
+    async def write_old() -> None:
+        async with SQLiteLedger(path) as ledger:
+            for event in (
+                CallRequested(**common, args=args),
+                CallValidated(**common, digest=digest(args)),
+                ApprovalRequested(**common, request_id="q-old", digest=digest(args)),
+                ApprovalDeferred(**common, request_id="q-old", digest=digest(args), args=args),
+                CallPending(**common, request_id="q-old"),
+            ):
+                await ledger.append(event)
+
+    asyncio.run(write_old())
+    code, out, err = run_main(
+        capsys, "approvals", "approve", "q-old", "--db", str(path), "--reviewer", "alice",
+        "--edit", "amount_cents=abc",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        'approved request q-old (refund, run r2) as alice with arguments {"order_id":"C3",'
+        '"amount_cents":"abc"}',
+        "note: this request was recorded without the tool's schema (by an older "
+        "agent-adapter), so the edits could not be checked here; the executor validates "
+        "them when the call runs, and refuses the call if they do not fit",
+    ]
+
+    async def again() -> None:
+        ledger = SQLiteLedger(path)
+        deferred = DeferredApproval(ledger, clock=clock)
+        async with await Executor.open(
+            registry(), ledger=ledger, approval=deferred, clock=clock
+        ) as ex:
+            with pytest.raises(ToolArgsInvalid):
+                await ex.call("refund", args, run_id="r2", call_id="c6")
+
+    asyncio.run(again())
+    outcome = asyncio.run(read_events(path))[-1]
+    assert (outcome.type, outcome.call_id, outcome.error) == (
+        "call.invalid",
+        "c6",
+        "edited invalid arguments for refund: Expected `int`, got `str` - at `$.amount_cents`",
+    )
+
+
+def test_approvals_show_and_list_say_a_committed_key_cannot_run(
+    built: Built, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request whose effect key was committed before it was asked: `show` and `list` say
+    approving cannot make it run, naming the call that committed it."""
+    request_id = asyncio.run(
+        _open_request(built.path, clock, registry(), {"order_id": "A1", "amount_cents": 500})
+    )
+    notice = "refund:A1 is already committed by call c2 (run r1): approving cannot make it run"
+    code, out, err = run_main(capsys, "approvals", "show", request_id, "--db", built.db)
+    assert (code, err) == (0, "")
+    assert [re.split(r"\s+", line, maxsplit=1) for line in out.splitlines()] == [
+        ["request", request_id],
+        ["status", "pending"],
+        ["asked", "(UTC) 1970-01-01 00:16:40.000"],
+        ["run", "r3"],
+        ["call", "c6"],
+        ["tool", "refund"],
+        ["arguments", '{"order_id":"A1","amount_cents":500}'],
+        ["digest", digest({"order_id": "A1", "amount_cents": 500})],
+        ["effect", notice],
+        ["metadata", "{}"],
+    ]
+    code, out, err = run_main(capsys, "approvals", "list", "--db", built.db)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-1] == f"request {request_id}: {notice}"
+    assert [columns(line)[0] for line in out.splitlines()[1:-1]] == [built.request_id, request_id]
+    code, out, _ = run_main(capsys, "approvals", "show", request_id, "--db", built.db, "--json")
+    shown = json.loads(out)
+    assert {k: v for k, v in shown.items() if k.startswith("effect")} == {
+        "effect_key": "refund:A1",
+        "effect_state": "committed",
+        "effect_by_run_id": "r1",
+        "effect_by_call_id": "c2",
+        "effect_notice": notice,
+    }
+
+
+def test_approvals_show_says_a_key_committed_since_the_request_was_asked(
+    built: Built, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The key was free when asked and another call committed it since: `show` tells the
+    state now, and what it was when asked."""
+
+    async def commit() -> None:
+        approval = CallbackApproval(lambda r: True)
+        ledger = SQLiteLedger(built.path)
+        async with await Executor.open(
+            registry(), ledger=ledger, approval=approval, clock=clock
+        ) as ex:
+            await ex.call(
+                "refund", {"order_id": "C3", "amount_cents": 1}, run_id="r4", call_id="c7"
+            )
+
+    asyncio.run(commit())
+    code, out, err = run_main(capsys, "approvals", "show", built.request_id, "--db", built.db)
+    assert (code, err) == (0, "")
+    (effect,) = [line for line in out.splitlines() if line.startswith("effect")]
+    assert re.split(r"\s+", effect, maxsplit=1) == [
+        "effect",
+        "refund:C3 is already committed by call c7 (run r4): approving cannot make it run; "
+        "when asked it was free",
+    ]
+
+
+def test_approvals_show_of_a_used_approval_states_the_key_without_a_warning(
+    built: Built, clock: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a request is answered (and its call committed the key), `show` gives the key's
+    state plainly: nobody is about to approve it, so there is nothing to warn about."""
+    assert (
+        run_main(
+            capsys, "approvals", "approve", built.request_id, "--db", built.db, "--reviewer", "al"
+        )[0]
+        == 0
+    )
+
+    async def resume() -> Any:
+        ledger = SQLiteLedger(built.path)
+        deferred = DeferredApproval(ledger, clock=clock)
+        async with await Executor.open(
+            registry(), ledger=ledger, approval=deferred, clock=clock
+        ) as ex:
+            args = {"order_id": "C3", "amount_cents": 700}
+            return await ex.call("refund", args, run_id="r2", call_id="c6")
+
+    assert asyncio.run(resume()) == "refunded 700 on C3"
+    code, out, err = run_main(capsys, "approvals", "show", built.request_id, "--db", built.db)
+    assert (code, err) == (0, "")
+    (effect,) = [line for line in out.splitlines() if line.startswith("effect")]
+    assert re.split(r"\s+", effect, maxsplit=1) == [
+        "effect",
+        "refund:C3 (committed by call c6, run r2); when asked it was free",
+    ]
 
 
 def test_parse_edits_reads_json_values_and_falls_back_to_text() -> None:

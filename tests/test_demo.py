@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import structlog
 
 pytest.importorskip("agents")
 
-from agent_adapter import demo
+from agent_adapter import Executor, demo
 from agent_adapter.cli import Style, build_parser, main
 from agent_adapter.ledger import Event, SQLiteLedger
 
@@ -278,6 +279,136 @@ def test_demo_refuses_a_directory_as_its_ledger(tmp_path: Path) -> None:
         1,
         f"agent-adapter: error: {tmp_path} is a directory; pass --db FILE\n",
     )
+
+
+def snapshot(directory: Path) -> dict[str, bytes | str]:
+    """Every entry of ``directory``: a file's bytes, a link's target, "dir" for a directory."""
+    entries: dict[str, bytes | str] = {}
+    for p in sorted(directory.iterdir()):
+        if p.is_symlink():
+            entries[p.name] = f"-> {os.readlink(p)}"
+        elif p.is_dir():
+            entries[p.name] = "dir"
+        else:
+            entries[p.name] = p.read_bytes()
+    return entries
+
+
+Capsys = pytest.CaptureFixture[str]
+
+
+def write_text(path: Path, capsys: Capsys) -> None:
+    """A text file."""
+    path.write_text("notes: refund A1001 twice?\n")
+
+
+def write_other_database(path: Path, capsys: Capsys) -> None:
+    """Another program's SQLite database."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE customers (name TEXT)")
+        conn.execute("INSERT INTO customers VALUES ('Ada')")
+    conn.close()
+
+
+def write_real_ledger(path: Path, capsys: Capsys) -> None:
+    """An agent-adapter ledger a service wrote (one call), not the demo."""
+    reg = demo.build_registry([])
+
+    async def write() -> None:
+        async with await Executor.open(reg, ledger=SQLiteLedger(path)) as executor:
+            await executor.call("lookup_order", {"order_id": "A1001"}, run_id="r", call_id="c")
+
+    asyncio.run(write())
+
+
+def write_unmarked_demo(path: Path, capsys: Capsys) -> None:
+    """A ledger the demo wrote, with its mark taken out (as a ledger of an older demo)."""
+    assert run_demo(capsys, "--db", str(path), "--approve")[0] == 0
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DELETE FROM meta WHERE name = 'created_by'")
+    conn.close()
+
+
+def write_empty(path: Path, capsys: Capsys) -> None:
+    """An empty file."""
+    path.write_bytes(b"")
+
+
+def write_link(path: Path, capsys: Capsys) -> None:
+    """A symbolic link to some other file."""
+    path.with_name("target.db").write_bytes(b"x")
+    path.symlink_to("target.db")
+
+
+def write_orphan_wal(path: Path, capsys: Capsys) -> None:
+    """No file, but a WAL under its name (SQLite would read it into a new database)."""
+    Path(f"{path}-wal").write_bytes(b"pages of another database")
+
+
+FOREIGN = {
+    "text": (write_text, "is not an SQLite database (so not a ledger)"),
+    "other-program": (
+        write_other_database,
+        "is not an agent-adapter ledger (it has other tables: customers)",
+    ),
+    "real-ledger": (write_real_ledger, "is an agent-adapter ledger that the demo did not write"),
+    "unmarked-demo": (
+        write_unmarked_demo,
+        "is an agent-adapter ledger that the demo did not write",
+    ),
+    "empty": (write_empty, "is an empty file"),
+    "link": (write_link, "is a symbolic link"),
+    "orphan-wal": (write_orphan_wal, "does not exist, but {db}-wal does"),
+}
+
+
+@pytest.mark.parametrize("kind", FOREIGN, ids=list(FOREIGN))
+def test_demo_refuses_to_replace_a_file_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """--db naming a file the demo did not write (a ledger, another program's database, a
+    text file, an empty file, a link, a stray WAL): one line, exit 1, every file as it was."""
+    make, what = FOREIGN[kind]
+    db = tmp_path / "file.db"
+    make(db, capsys)
+    capsys.readouterr()
+    before = snapshot(tmp_path)
+    code, out, err = run_demo(capsys, "--db", str(db), "--approve")
+    assert (code, out, err) == (
+        1,
+        "",
+        f"agent-adapter: error: the demo replaces only a ledger it wrote itself: {db} "
+        f"{what.format(db=db)}; it was left unchanged (pass --db with a new file name)\n",
+    )
+    assert snapshot(tmp_path) == before
+
+
+def test_demo_marks_its_ledger_and_replaces_only_that(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's ledger carries its mark in the meta table from the start, and a run over
+    it (even one left with a WAL, as by a killed demo) replaces it."""
+    db = tmp_path / "demo.db"
+    assert run_demo(capsys, "--db", str(db), "--deny")[0] == 0
+    conn = sqlite3.connect(db)
+    meta = dict(conn.execute("SELECT name, value FROM meta WHERE name NOT LIKE 'head_%'"))
+    conn.close()
+    assert meta == {
+        "format": "agent-adapter-ledger",
+        "schema_version": "1",
+        "keyed": "0",
+        "created_by": "agent-adapter demo",
+    }
+    Path(f"{db}-wal").write_bytes(b"")  # a WAL beside it, as a killed demo leaves
+    code, out, _ = run_demo(capsys, "--db", str(db), "--approve")
+    assert code == 0
+    assert (
+        f"ledger: {db.resolve()} (removed the previous one, so every run starts fresh)"
+        in out.splitlines()
+    )
+    assert [(e.type, e.call_id) for e in events(db)] == APPROVED
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pseudo-terminal")

@@ -141,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--db",
         default="agent-adapter-demo.db",
         metavar="FILE",
-        help="the ledger file to write, replaced on each run (default: %(default)s)",
+        help=(
+            "the ledger file to write (default: %(default)s); a ledger an earlier demo "
+            "run wrote is replaced, any other file is refused and left unchanged"
+        ),
     )
     decision = demo.add_mutually_exclusive_group()
     decision.add_argument("--approve", action="store_true", help="approve without asking")

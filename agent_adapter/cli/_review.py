@@ -11,7 +11,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
+from ..errors import ToolArgsInvalid
+
 if TYPE_CHECKING:
+    from ..engine import PendingApproval
     from ..ledger import Ledger
 
 from ._logging import log_hooks
@@ -72,17 +75,50 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 async def _request_status(ledger: Ledger, request_id: str) -> dict[str, Any]:
+    from ..engine._state import Projection
     from ..ledger import ApprovalAnswered, ApprovalConsumed
 
     status: dict[str, Any] = {"answered": None, "consumed_by": None}
+    effects = Projection()
     async for e in ledger.read():
+        effects.apply(e)
         if isinstance(e, ApprovalAnswered) and e.request_id == request_id:
             if status["answered"] is None:
                 status["answered"] = e
         elif isinstance(e, ApprovalConsumed) and e.request_id == request_id:
             if status["consumed_by"] is None:
                 status["consumed_by"] = (e.run_id, e.call_id)
+    status["effects"] = effects.effects
     return status
+
+
+async def _effects_now(ledger: Ledger) -> dict[str, Any]:
+    """Every effect key's state as the ledger has it now (``EffectState`` by key)."""
+    from ..engine._state import Projection
+
+    effects = Projection()
+    async for e in ledger.read():
+        effects.apply(e)
+    return effects.effects
+
+
+def _effect_now(request: PendingApproval, effects: dict[str, Any]) -> tuple[str, str | None, Any]:
+    """The request's effect key as the ledger has it now: (state, notice, holder).
+
+    State is "free", "claimed", "committed" or "ambiguous" ("" without a key); holder the
+    ``EffectState`` (None when free). The ledger is folded without settling claims: a
+    claim whose call has no outcome yet is "claimed" (it may still be running), never
+    reported as something to resolve.
+    """
+    from ..engine._approval import effect_notice
+
+    key = request.effect_key
+    if key is None:
+        return "", None, None
+    held = effects.get(key)
+    if held is None:
+        return "free", None, None
+    return held.status, effect_notice(key, held.status, held.run_id, held.call_id), held
 
 
 async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
@@ -91,9 +127,13 @@ async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
 
     async with open_ledger(args) as ledger:
         pending = await DeferredApproval(ledger).pending()
+        effects = await _effects_now(ledger) if pending else {}
+    notices = [_effect_now(p, effects)[1] for p in pending]
     if args.json:
-        for p in pending:
-            print(msgspec.json.encode(p).decode(), file=out)
+        for p, notice in zip(pending, notices, strict=True):
+            data = msgspec.to_builtins(p)
+            data["effect_notice"] = notice
+            print(json.dumps(data), file=out)
         return 0
     if not pending:
         print("no pending approval requests", file=out)
@@ -105,6 +145,11 @@ async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
     headers = ("request", "asked (UTC)", "run", "call", "tool", "arguments")
     for line in table(headers, rows, args.style):
         print(line, file=out)
+    # After the table, so that its columns stay the same: the requests a reviewer would
+    # approve for nothing.
+    for p, notice in zip(pending, notices, strict=True):
+        if notice is not None:
+            print(args.style.paint(f"request {p.request_id}: {notice}", "yellow"), file=out)
     return 0
 
 
@@ -116,10 +161,14 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
         request = await DeferredApproval(ledger).get(args.request_id)
         status = await _request_status(ledger, args.request_id)
     answered, consumed = status["answered"], status["consumed_by"]
+    effect_state, notice, held = _effect_now(request, status["effects"])
+    if answered is not None:
+        notice = None  # decided already: nobody is about to approve it
     if args.json:
         data = msgspec.to_builtins(request)
         data["answer"] = msgspec.to_builtins(answered) if answered else None
         data["consumed_by"] = list(consumed) if consumed else None
+        data["effect_notice"] = notice
         print(json.dumps(data), file=out)
         return 0
     style = args.style
@@ -145,11 +194,35 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
         ("tool", request.tool),
         ("arguments", compact(request.args, 400)),
         ("digest", request.digest),
+        ("effect", _effect_text(request, effect_state, notice, held, style)),
         ("metadata", compact(request.metadata, 400)),
     ]
     for name, value in lines:
         print(f"{style.paint(f'{name:<12}', 'dim')}{value}", file=out)
     return 0
+
+
+def _effect_text(
+    request: PendingApproval, now: str, notice: str | None, held: Any, style: Any
+) -> str:
+    """The request's effect key for ``approvals show``: why approving cannot make the call
+    run (an open request), else its state now; and its state when the request was asked,
+    when that was different."""
+    key = request.effect_key
+    if key is None:
+        return "none"
+    if notice is not None:
+        text = style.paint(notice, "yellow")
+    elif held is not None:
+        text = f"{key} ({now} by call {held.call_id}, run {held.run_id})"
+    else:
+        text = f"{key} ({now})"
+    asked = request.effect_state or "free"
+    if asked != now:
+        text += f"; when asked it was {asked}"
+        if request.effect_state:
+            text += f" (by call {request.effect_by_call_id}, run {request.effect_by_run_id})"
+    return text
 
 
 async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> int:
@@ -162,27 +235,32 @@ async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> 
         request = await deferred.get(args.request_id)
         full_edits = None
         if edits:
-            # An edit replaces the arguments entirely: start from the ones asked about.
+            # An edit replaces the arguments entirely: start from the ones asked about. A
+            # redacted argument stays "[redacted]", which keeps its requested value.
             base = dict(request.args) if isinstance(request.args, dict) else {}
             full_edits = {**base, **edits}
-            hidden = sorted(k for k, v in full_edits.items() if v == "[redacted]")
-            if hidden:
-                raise CliError(
-                    f"cannot edit request {args.request_id}: argument(s) {', '.join(hidden)} "
-                    "are redacted in the ledger; give their values with --edit"
-                )
-        await deferred.answer(
-            args.request_id,
-            approved=approved,
-            reviewer=reviewer,
-            reason=args.reason or "",
-            edits=full_edits,
-        )
+        try:
+            await deferred.answer(
+                args.request_id,
+                approved=approved,
+                reviewer=reviewer,
+                reason=args.reason or "",
+                edits=full_edits,
+            )
+        except ToolArgsInvalid as exc:  # the edits do not fit the tool's recorded schema
+            raise CliError(f"cannot approve request {args.request_id}: {exc}") from None
     verb = "approved" if approved else "denied"
     text = f"{verb} request {args.request_id} ({request.tool}, run {request.run_id}) as {reviewer}"
     if full_edits is not None:
         text += f" with arguments {compact(full_edits, 200)}"
     print(args.style.paint(text, "green" if approved else "red"), file=out)
+    if full_edits is not None and request.json_schema is None:
+        print(
+            "note: this request was recorded without the tool's schema (by an older "
+            "agent-adapter), so the edits could not be checked here; the executor "
+            "validates them when the call runs, and refuses the call if they do not fit",
+            file=out,
+        )
     return 0
 
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ..errors import ApprovalPending, ToolUsageError
+from ..errors import ApprovalPending, ToolArgsInvalid, ToolUsageError
 from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
-from ..ledger._recordable import UnrecordableEvent, append_repaired, checked_clock, text
+from ..ledger._recordable import UnrecordableEvent, append_repaired, checked_clock, recordable, text
 from ._digest import canonical
+from ._edits import EditProblem, edit_problem
 from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
@@ -33,12 +34,24 @@ __all__ = [
     "Decision",
     "DeferredApproval",
     "PendingApproval",
+    "effect_notice",
     "redacted",
 ]
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What a port is asked: one call, one tool, one digest of validated arguments."""
+    """What a port is asked: one call, one tool, one digest of validated arguments.
+
+    ``json_schema`` is the tool's JSON Schema (a deferred port records it, so that edits
+    can be checked without the registry). ``effect_key`` is the call's rendered effect
+    key (None without one) and ``effect_state`` the key's state as the executor knows it
+    when asking: None (free), ``"claimed"`` (a call that has not finished holds it),
+    ``"committed"`` (an earlier call's effect happened: this call cannot run, approved
+    or not) or ``"ambiguous"`` (a call started it and its outcome is unknown);
+    ``effect_by_run_id`` and ``effect_by_call_id`` name the call that holds it, and
+    ``effect_notice`` says all that in one sentence for a reviewer. Only the reviewer is
+    told: after an approval the executor's effect check refuses the call as before.
+    """
 
     request_id: str
     run_id: str
@@ -48,6 +61,42 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     digest: str
     metadata: dict[str, Any] = {}
     redact: frozenset[str] = frozenset()
+    json_schema: dict[str, Any] | None = None
+    effect_key: str | None = None
+    effect_state: str | None = None
+    effect_by_run_id: str = ""
+    effect_by_call_id: str = ""
+
+    @property
+    def effect_notice(self) -> str | None:
+        """Why approving cannot make the call run (its key is not free), or None."""
+        return effect_notice(
+            self.effect_key, self.effect_state, self.effect_by_run_id, self.effect_by_call_id
+        )
+
+
+def effect_notice(key: str | None, state: str | None, run_id: str, call_id: str) -> str | None:
+    """The sentence a reviewer reads when a call's effect key is not free, else None.
+
+    It states what holds the key and never suggests resolving it: a key that a call still
+    holds (or whose effect may have happened) resolved by hand could run the effect twice.
+    """
+    if not key or not state:
+        return None
+    by = f"call {call_id} (run {run_id})"
+    if state == "committed":
+        return f"{key} is already committed by {by}: approving cannot make it run"
+    if state == "claimed":
+        return (
+            f"{key} is claimed by {by}, which has not finished: approving cannot make "
+            "this call run while that call holds the key"
+        )
+    if state == "ambiguous":
+        return (
+            f"{key} is ambiguous ({by} started and its outcome is unknown): approving "
+            "cannot make this call run while it is"
+        )
+    return f"{key} is {state} (held by {by})"
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +151,14 @@ async def _append(ledger: Ledger, event: Event) -> Event:
         return event
 
 
+def _schema_to_record(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    # Recorded only as it is: a copy made encodable would check edits against another
+    # schema than the tool's (the executor still validates them when the call runs).
+    if schema is None or recordable(schema) is not schema:
+        return None
+    return schema
+
+
 @runtime_checkable
 class ApprovalPort(Protocol):
     """Anything with ``async decide(request) -> Decision | None``."""
@@ -144,6 +201,32 @@ class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     #: the tool's redaction paths: ``args`` shows ``"[redacted]"`` there
     redact: tuple[str, ...] = ()
+    #: the tool's JSON Schema, or None for a request recorded before it was (edits are
+    #: then checked by the executor only, when the call runs)
+    json_schema: dict[str, Any] | None = None
+    #: the call's effect key and its state when it was asked (see ``ApprovalRequest``)
+    effect_key: str | None = None
+    effect_state: str | None = None
+    effect_by_run_id: str = ""
+    effect_by_call_id: str = ""
+
+    @property
+    def effect_notice(self) -> str | None:
+        """Why approving could not make the call run when it was asked, or None."""
+        return effect_notice(
+            self.effect_key, self.effect_state, self.effect_by_run_id, self.effect_by_call_id
+        )
+
+    def edit_problem(self, edits: Any) -> EditProblem | None:
+        """Why ``edits`` (complete arguments) do not fit the tool's recorded schema, or None.
+
+        None also when no schema was recorded: nothing can be checked before the call runs.
+        A ``"[redacted]"`` left at a redacted path is never a problem (the executor puts
+        the requested value back).
+        """
+        if self.json_schema is None:
+            return None
+        return edit_problem(self.json_schema, edits, self.redact)
 
 
 class _Request(msgspec.Struct, kw_only=True):
@@ -184,6 +267,11 @@ class DeferredApproval:
                 ts=event.ts,
                 seq=event.seq,
                 redact=tuple(event.redact),
+                json_schema=event.json_schema,
+                effect_key=event.effect_key or None,
+                effect_state=event.effect_state or None,
+                effect_by_run_id=event.effect_by_run_id,
+                effect_by_call_id=event.effect_by_call_id,
             )
             self._requests[event.request_id] = _Request(pending=pending)
             self._by_key.setdefault((event.run_id, event.tool, event.digest), []).append(
@@ -262,6 +350,11 @@ class DeferredApproval:
                     args=redacted(request.args, request.redact),
                     metadata=request.metadata,
                     redact=sorted(request.redact),
+                    json_schema=_schema_to_record(request.json_schema),
+                    effect_key=request.effect_key or "",
+                    effect_state=request.effect_state or "",
+                    effect_by_run_id=request.effect_by_run_id,
+                    effect_by_call_id=request.effect_by_call_id,
                 ),
             )
             await self._catch_up()
@@ -280,6 +373,10 @@ class DeferredApproval:
 
         Raises ToolUsageError for an unknown request id or one already answered, also
         when another process's answer lands first (the first in ledger order counts).
+        An approval's ``edits`` are checked against the tool's JSON Schema recorded with
+        the request: ToolArgsInvalid naming the field when they do not fit, and nothing
+        is recorded. (A request recorded without a schema, by an older version, takes
+        them as they are; the executor validates them when the call runs.)
         """
         # The same rules as a Decision's (and the same errors): nothing unrecordable is
         # appended, and a refused answer records nothing.
@@ -319,6 +416,15 @@ class DeferredApproval:
                     raise ToolUsageError(
                         f"edits cannot set redacted arguments {sorted(set(hidden))} through the "
                         f"ledger; leave them as {REDACTED!r} to keep the requested values"
+                    )
+            if edits is not None and approved:
+                # A recorded answer is final: an edit that does not fit would only fail
+                # the call when it runs, with no way left to correct it.
+                problem = pending.edit_problem(edits)
+                if problem is not None:
+                    raise ToolArgsInvalid(
+                        f"the edits do not fit the arguments of {pending.tool}: {problem}; "
+                        "nothing was recorded"
                     )
             mine = await _append(
                 self._ledger,

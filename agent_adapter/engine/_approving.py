@@ -72,6 +72,11 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         # Durable before a reviewer is asked: the request may outlive this process.
         await self._flush(run)
         run.count_durable = True  # approval.requested (the counting event) is on disk
+        # The key's state as of that write (other writers' events are folded by then):
+        # a reviewer is told when approving cannot make the call run. Only told: the
+        # effect check (step 8) decides, as for any call.
+        key = call.effect_key
+        held = self.state.effects.get(key) if key is not None else None
         request = ApprovalRequest(
             request_id=request_id,
             run_id=ctx.run_id,
@@ -81,6 +86,11 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             digest=call.digest,
             metadata=ctx.metadata,
             redact=run.spec.redact,
+            json_schema=run.spec.json_schema,
+            effect_key=key,
+            effect_state=None if held is None else held.status,
+            effect_by_run_id="" if held is None else held.run_id,
+            effect_by_call_id="" if held is None else held.call_id,
         )
         try:
             answer = await self.approval.decide(request)

@@ -151,7 +151,12 @@ class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pe
     """A deferred port holds the request for out-of-band review (written once per request).
 
     ``redact``: the tool's redaction paths (``args`` holds ``"[redacted]"`` there); an
-    answer's edits may not put a value at them.
+    answer's edits may not put a value at them. ``json_schema``: the tool's, so that an
+    answer's edits are checked before they are recorded (None in requests written before
+    it was recorded: the executor checks the edits when the call runs). ``effect_key``
+    and ``effect_state`` (``"claimed"``, ``"committed"``, ``"ambiguous"``; ``""`` when
+    free or no key) say, as the executor knew it when asking, whether the call could run
+    at all, and ``effect_by_run_id`` / ``effect_by_call_id`` name the call holding the key.
     """
 
     request_id: str = ""
@@ -159,6 +164,11 @@ class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pe
     args: Any = None
     metadata: dict[str, Any] = {}
     redact: list[str] = []
+    json_schema: dict[str, Any] | None = None
+    effect_key: str = ""
+    effect_state: str = ""
+    effect_by_run_id: str = ""
+    effect_by_call_id: str = ""
 
 
 class ApprovalAnswered(Event, kw_only=True, omit_defaults=True, tag="approval.answered"):

@@ -93,6 +93,11 @@ class SQLiteLedger:
       Use one ledger object from one event loop.
     """
 
+    #: Extra meta rows (name, value) written in the transaction that creates a new file
+    #: (never into an existing one): the demo marks its ledger this way, so that it
+    #: replaces only a file it wrote itself.
+    _marks: tuple[tuple[str, str], ...] = ()
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -246,6 +251,7 @@ class SQLiteLedger:
                         ("format", _FORMAT),
                         ("schema_version", str(SCHEMA_VERSION)),
                         ("keyed", "1" if self._key is not None else "0"),
+                        *self._marks,
                     ],
                 )
                 # A head from the start: deleting every event is then caught too.
