@@ -3,8 +3,8 @@
 Usage: python _cli_deferred_agent.py LEDGER_FILE DEADLINE_SECONDS
 
 It calls a ``confirm=True`` tool through an executor with ``DeferredApproval`` on the
-SQLite ledger, prints ``PENDING <request_id>``, then polls the ledger (read-only:
-``DeferredApproval.pending()``) until another process has answered, asks again once and
+SQLite ledger, prints ``PENDING <request_id>``, then waits (``DeferredApproval.wait``: a
+bounded poll of the ledger) until another process has answered, asks again once and
 prints ``RESULT <value>`` (or ``DENIED <message>``) and ``EXECUTED <n>``. Exit status 0 on
 a decision, 3 when the deadline passes first.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 
 from agent_adapter import DeferredApproval, Executor, Registry
 from agent_adapter.errors import ApprovalDenied, ApprovalPending
@@ -44,12 +43,11 @@ async def main(path: str, deadline_s: float) -> int:
             print("UNEXPECTED ran without approval", flush=True)
             return 4
         print(f"PENDING {request_id}", flush=True)
-        deadline = time.monotonic() + deadline_s
-        while any(p.request_id == request_id for p in await deferred.pending()):
-            if time.monotonic() > deadline:
-                print("TIMEOUT", flush=True)
-                return 3
-            await asyncio.sleep(0.05)
+        try:
+            await deferred.wait(request_id, timeout=deadline_s, poll_s=0.05)
+        except TimeoutError:
+            print("TIMEOUT", flush=True)
+            return 3
         try:
             value = await executor.call("refund", ARGS, run_id=RUN_ID, call_id="call-2")
         except ApprovalDenied as exc:

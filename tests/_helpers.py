@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import msgspec
 import pytest
 
-from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger
+from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger, Verification
 
 
 async def recorded(ledger: Any, **filters: Any) -> list[Event]:
@@ -81,3 +82,42 @@ def every_call_has_one_outcome(monkeypatch: pytest.MonkeyPatch) -> Iterator[None
         requested = {(r.run_id, r.call_id) for r in ledger.records if r.type == "call.requested"}
         counts = Counter((r.run_id, r.call_id) for r in ledger.records if r.type in OUTCOME_TAGS)
         assert dict(counts) == dict.fromkeys(requested, 1)
+
+
+class CountingLedger:
+    """A ledger that counts its reads (the polls of a waiting port) and passes all through.
+
+    ``reads`` is the number of ``read`` calls so far; ``await at_least(n)`` returns once
+    ``n`` reads have started, so a test can gate on "the waiter has looked n times".
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.reads = 0
+        self._read = asyncio.Event()
+
+    def read(
+        self, after: int = 0, *, run_id: str | None = None, call_id: str | None = None
+    ) -> AsyncIterator[Event]:
+        self.reads += 1
+        self._read.set()
+        return self.inner.read(after, run_id=run_id, call_id=call_id)
+
+    async def at_least(self, n: int, timeout_s: float = 60.0) -> None:
+        """Wait (bounded: a broken test fails instead of hanging) for ``n`` reads."""
+        async with asyncio.timeout(timeout_s):
+            while self.reads < n:
+                self._read.clear()
+                await self._read.wait()
+
+    async def append(self, event: Event) -> Event:
+        return await self.inner.append(event)
+
+    async def append_many(self, events: Sequence[Event]) -> list[Event]:
+        return await self.inner.append_many(events)
+
+    async def verify(self) -> Verification:
+        return await self.inner.verify()
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -198,6 +198,18 @@ async def answer(path: str, request_id: str, approved: str) -> None:
     say("answered")
 
 
+async def answer_on_go(path: str, request_id: str) -> None:
+    """Open the ledger, print ``ready``, wait for ``go``, approve the request; ``answered``."""
+    async with SQLiteLedger(path) as ledger:
+        await ledger.open()
+        say("ready")
+        await asyncio.to_thread(sys.stdin.readline)
+        await DeferredApproval(ledger).answer(
+            request_id, approved=True, reviewer="alice", reason="checked"
+        )
+    say("answered")
+
+
 async def deploy(path: str, call_id: str) -> None:
     """Wait for ``go``, then call the gated tool through a DeferredApproval; print the result."""
     async with SQLiteLedger(path) as ledger:
@@ -221,6 +233,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "append-n": append_n,
     "read-on-demand": read_on_demand,
     "answer": answer,
+    "answer-on-go": answer_on_go,
     "deploy": deploy,
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -253,6 +254,9 @@ class DeferredApproval:
         self._requests: dict[str, _Request] = {}
         self._by_key: dict[tuple[str, str, str], list[str]] = {}
         self._lock = asyncio.Lock()
+        # wait() registers here: an answer this object reads (its own, or one a poll brings
+        # in) wakes every waiter of that request at once, not at its next poll.
+        self._waiters: dict[str, set[asyncio.Event]] = {}
 
     def _apply(self, event: Event) -> None:
         if isinstance(event, ApprovalDeferred):
@@ -281,6 +285,8 @@ class DeferredApproval:
             request = self._requests.get(event.request_id)
             if request is not None and request.answer is None:
                 request.answer = event
+                for woken in self._waiters.get(event.request_id, ()):
+                    woken.set()
         elif isinstance(event, ApprovalConsumed):
             request = self._requests.get(event.request_id)
             if request is not None and request.consumed_by is None:
@@ -466,3 +472,90 @@ class DeferredApproval:
             if held is None:
                 raise ToolUsageError(f"no approval request {request_id!r} in this ledger")
             return held.pending
+
+    # A timeout parameter, not only asyncio.timeout() around the call (which works too):
+    # the wait looks once more at its deadline and its TimeoutError names the request.
+    async def wait(
+        self,
+        request_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        poll_s: float = 0.5,
+    ) -> Decision:
+        """Wait until ``request_id`` is answered, here or by any process on the same ledger.
+
+        Returns the reviewer's decision (``digest`` set to the digest of the arguments the
+        request was about). It does not use the decision up: the next ask for the same
+        (run_id, tool, arguments) does, once (``decide``; with the OpenAI Agents bridge,
+        ``review_interruptions`` again). An answer recorded through this object wakes the
+        wait at once; one from another process or port is found by reading the ledger
+        every ``poll_s`` seconds (each poll reads only the events since the last one), so a
+        wait costs at most ``duration / poll_s + 1`` reads, never a busy loop.
+
+        ``timeout`` (seconds, None: no limit) raises ``TimeoutError`` once it has passed
+        with the request still open; nothing is recorded and the request stays pending
+        (wait again, or leave it to the reviewer). Cancelling the wait records nothing
+        either. Raises ToolUsageError for a request id the ledger does not hold, or a
+        ``timeout``/``poll_s`` that is not a number of seconds (``poll_s`` above zero).
+        """
+        if not _seconds(poll_s) or poll_s <= 0:
+            raise ToolUsageError(f"poll_s must be a positive number of seconds, not {poll_s!r}")
+        if timeout is not None and (not _seconds(timeout) or timeout < 0):
+            raise ToolUsageError(
+                f"timeout must be a number of seconds (0 or more) or None, not {timeout!r}"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        woken = asyncio.Event()
+        # Registered before the first look: an answer applied from then on sets it, so
+        # none can slip in between a look and the sleep after it.
+        self._waiters.setdefault(request_id, set()).add(woken)
+        try:
+            while True:
+                woken.clear()
+                async with self._lock:
+                    await self._catch_up()
+                    held = self._requests.get(request_id)
+                if held is None:
+                    raise ToolUsageError(f"no approval request {request_id!r} in this ledger")
+                if held.answer is not None:
+                    return _decision(held.answer, held.pending.digest)
+                delay = poll_s
+                if deadline is not None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        pending = held.pending
+                        raise TimeoutError(
+                            f"approval request {request_id!r} ({pending.tool}, run "
+                            f"{pending.run_id}) is still pending after {timeout} s; "
+                            "nothing was recorded"
+                        )
+                    delay = min(delay, remaining)
+                # One timer per sleep, cancelled on the way out: a cancelled wait leaves
+                # neither a timer nor a registration behind.
+                timer = loop.call_later(delay, woken.set)
+                try:
+                    await woken.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            waiters = self._waiters.get(request_id)
+            if waiters is not None:
+                waiters.discard(woken)
+                if not waiters:
+                    del self._waiters[request_id]
+
+
+def _seconds(value: object) -> bool:
+    """True for a real, finite number (bool is not one)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _decision(answer: ApprovalAnswered, args_digest: str) -> Decision:
+    return Decision(
+        approved=answer.approved,
+        reviewer=answer.reviewer,
+        reason=answer.reason,
+        edits=answer.edits,
+        digest=args_digest,
+    )

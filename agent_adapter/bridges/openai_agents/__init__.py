@@ -6,7 +6,7 @@ approval interruptions and errors onto ``Executor.run_spec``. Import it as
 ``agent_adapter.integrations.openai_agents`` (the documented path) or from here.
 """
 
-from ._approvals import resolve_interruptions
+from ._approvals import Review, resolve_interruptions, review_interruptions
 from ._compat import SUPPORTED, check_sdk, sdk_version
 from ._errors import unwrap
 from ._integration import INTEGRATION, OpenAIAgentsIntegration
@@ -16,11 +16,13 @@ from ._tools import function_tool, function_tools
 __all__ = [
     "INTEGRATION",
     "OpenAIAgentsIntegration",
+    "Review",
     "SUPPORTED",
     "check_sdk",
     "function_tool",
     "function_tools",
     "resolve_interruptions",
+    "review_interruptions",
     "run",
     "run_sync",
     "sdk_version",

@@ -2,7 +2,9 @@
 
 The SDK's approval only lets it call the tool; the executor's approval comes from the
 one-use token issued here, bound to this state copy, the call id, the tool and the
-digest of the validated arguments.
+digest of the validated arguments. ``review_interruptions`` does the same pass and also
+says what it left open (the request ids a deferred port still holds), so a service can
+wait for those answers instead of asking again in a loop.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -27,7 +30,7 @@ from ._errors import error_output
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, state_run_id
 from ._tools import Export, export_of
 
-__all__ = ["resolve_interruptions"]
+__all__ = ["Review", "resolve_interruptions", "review_interruptions"]
 
 if TYPE_CHECKING:
     from agents import RunState
@@ -49,6 +52,26 @@ class _Item(msgspec.Struct):
     call_id: str
     digest: str
     decision: Decision | None = None
+    #: the port's open request, while ``decision`` is None (what the caller can wait for)
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Review:
+    """What one pass of ``review_interruptions`` did, and what it left open.
+
+    ``state`` is the ``RunState`` that ``resolve_interruptions`` returns. ``pending`` holds
+    the request ids of the calls still waiting for a decision, in interruption order (with
+    ``DeferredApproval``: ``await port.wait(request_id)``, then review ``state`` again); an
+    empty ``pending`` means every paused call is decided and ``state`` can be resumed.
+    ``approved`` and ``denied`` are the call ids this pass decided (calls decided by an
+    earlier pass are in neither).
+    """
+
+    state: RunState[Any, Any]
+    pending: tuple[str, ...] = ()
+    approved: tuple[str, ...] = ()
+    denied: tuple[str, ...] = ()
 
 
 def _scope_of(state: RunState[Any, Any]) -> str | None:
@@ -94,21 +117,30 @@ def _denial(tool: str, reason: str) -> str:
     return error_output(ApprovalDenied(message))
 
 
-async def _ask(port: ApprovalPort, request: ApprovalRequest) -> Decision | None:
+async def _ask(port: ApprovalPort, request: ApprovalRequest) -> tuple[Decision | None, str]:
+    """The port's decision, or None and the id of the request it holds open."""
     try:
         answer = await port.decide(request)
-    except ApprovalPending:
-        return None  # a deferred request is still open: leave the call paused
+    except ApprovalPending as exc:
+        # The port already holds a request for these arguments: that one is answered,
+        # not the id of this ask (which it did not record).
+        return None, exc.request_id or request.request_id
     except Exception as exc:
         # Fail closed, like the executor: a port that breaks denies.
-        return Decision(approved=False, reason=f"approval port failed: {type(exc).__name__}: {exc}")
-    if answer is None or isinstance(answer, Decision):
-        return answer
-    return Decision(approved=bool(answer))
+        reason = f"approval port failed: {type(exc).__name__}: {exc}"
+        return Decision(approved=False, reason=reason), ""
+    if answer is None:
+        return None, request.request_id  # held under this ask's id (DeferredApproval does)
+    if isinstance(answer, Decision):
+        return answer, ""
+    return Decision(approved=bool(answer)), ""
 
 
 async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str = "") -> Any:
     """Ask ``port`` once per paused call, then approve or reject it on the run state.
+
+    Returns the state; ``review_interruptions`` is the same pass and also tells which
+    calls are still pending (see there). The rest of this docstring holds for both.
 
     ``result`` is a ``RunResult`` (its ``to_state()`` is returned) or a ``RunState``
     (updated in place and returned). For tools this bridge exported the port sees the
@@ -125,6 +157,19 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
     arguments of a tool this bridge did not export. Raises LedgerError when a denial
     could not be recorded in its executor's ledger, after trying every one: the calls
     stay rejected, and ``error.state`` is the decided state (resumable as is).
+    """
+    return (await review_interruptions(result, port, run_id=run_id)).state
+
+
+async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str = "") -> Review:
+    """``resolve_interruptions``, reporting what is still open: a ``Review``.
+
+    ``review.state`` is what ``resolve_interruptions`` returns; ``review.pending`` the
+    request ids of the calls the port left undecided (a deferred port's open requests).
+    With ``DeferredApproval``, wait for each (``await deferred.wait(request_id)``), then
+    review ``review.state`` again with the same ``run_id``; resume once ``pending`` is
+    empty. Asking again without waiting finds the same requests open (nothing is asked
+    twice or recorded), so a loop that does not wait only spins.
     """
     # Before the port is asked anything: an SDK the bridge cannot drive must not cost a
     # reviewer's decisions.
@@ -170,11 +215,19 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
             metadata={"integration": NAME},
             redact=redact,
         )
-        items.append(_Item(item, export, call_id, args_digest, await _ask(port, request)))
+        decision, held = await _ask(port, request)
+        items.append(_Item(item, export, call_id, args_digest, decision, held))
     _check_edits(items)
     _apply(state, items)
     await _record_refusals(state, items, run_id)
-    return state
+    return Review(
+        state=state,
+        pending=tuple(e.request_id for e in items if e.decision is None),
+        approved=tuple(e.call_id for e in items if e.decision is not None and e.decision.approved),
+        denied=tuple(
+            e.call_id for e in items if e.decision is not None and not e.decision.approved
+        ),
+    )
 
 
 def _check_edits(items: Iterable[_Item]) -> None:
