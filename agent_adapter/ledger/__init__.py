@@ -3,6 +3,7 @@
 from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
 from ._chain import Record, Verification, chain_hash, verify_records
 from ._events import (
+    EVENT_TAGS,
     OUTCOME_TAGS,
     ApprovalAnswered,
     ApprovalConsumed,
@@ -37,7 +38,7 @@ from ._events import (
     encode_event,
 )
 from ._memory import MemoryLedger
-from ._protocol import Ledger
+from ._protocol import LOCK_TIMEOUT_S, Ledger
 
 __all__ = [
     "ApprovalAnswered",
@@ -65,12 +66,14 @@ __all__ = [
     "CallSucceeded",
     "CallTimedOut",
     "CallValidated",
+    "EVENT_TAGS",
     "EffectClaimed",
     "EffectResolved",
     "Event",
     "GuardChecked",
     "GuardVerdict",
     "HookFailed",
+    "LOCK_TIMEOUT_S",
     "Ledger",
     "MemoryLedger",
     "OUTCOME_TAGS",
