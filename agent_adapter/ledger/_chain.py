@@ -99,10 +99,15 @@ def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> 
 
 
 def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
-    """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq."""
+    """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq.
+
+    With a ``key`` under which no hash verifies, no seq is named: ``reason`` is
+    ``WRONG_KEY`` (a wrong key, or a ledger altered throughout, cannot be told apart).
+    """
     expected_seq = 1
     prev = ""
     checked = 0
+    records = iter(records)
     for record in records:
         if record.seq != expected_seq:
             bad = min(record.seq, expected_seq)
@@ -125,6 +130,11 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         if not stored.isascii() or not hmac.compare_digest(
             chain_hash(record.seq, prev, record.payload, key), stored
         ):
+            if key is not None and checked == 0 and not _any_verifies(records, key):
+                # Under a wrong key no hash verifies, exactly as when every record was
+                # altered: nothing says which, so neither is claimed. One later hash that
+                # verifies proves the key, and then this record was altered.
+                return Verification(ok=False, checked=0, reason=WRONG_KEY)
             return Verification(
                 ok=False,
                 checked=checked,
@@ -135,3 +145,18 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         expected_seq += 1
         checked += 1
     return Verification(ok=True, checked=checked)
+
+
+#: The reason of a keyed chain none of whose hashes verifies under the key it was given.
+WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
+
+
+def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
+    """True when the hash of one of ``records`` verifies under ``key`` (each covers its
+    own seq and stored ``prev``, so it is checked alone)."""
+    for record in records:
+        stored = record.hash
+        computed = chain_hash(record.seq, record.prev, record.payload, key)
+        if stored.isascii() and hmac.compare_digest(computed, stored):
+            return True
+    return False
