@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from ._logging import log_hooks
 from ._opening import CliError, open_ledger
-from ._render import clock_text, compact, table
+from ._render import clock_text, compact, json_text, table
 
 __all__ = [
     "cmd_approvals_approve",
@@ -221,7 +221,7 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         for key, (status, run_id, call_id) in effects.items():
             record = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
-            print(json.dumps(record), file=out)
+            print(json_text(record), file=out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)
