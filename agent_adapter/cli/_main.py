@@ -186,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
             "approvals list --db ledger.db --json",
             note=(
                 f"Commands on a ledger take --db FILE, or ${DB_ENV} when --db is not "
-                "given. --json prints data as JSON in one style: compact UTF-8, one object "
-                "per line for a list, one object for a single result. Exit status: 0 ok, 1 "
+                "given. --json prints data as JSON in one style: one object per line for a "
+                "list, one object for a single result. Exit status: 0 ok, 1 "
                 "a failed check or an error (one line on stderr), 2 a usage error, 130 "
                 "interrupted."
             ),
