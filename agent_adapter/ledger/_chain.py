@@ -98,6 +98,21 @@ def make_record(event: Event, seq: int, prev: str, key: bytes | None = None) -> 
     )
 
 
+#: The reason of a keyed chain none of whose hashes verifies under the key it was given.
+WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
+
+
+def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
+    """True when the hash of one of ``records`` verifies under ``key`` (each covers its
+    own seq and stored ``prev``, so it is checked alone)."""
+    for record in records:
+        stored = record.hash
+        computed = chain_hash(record.seq, record.prev, record.payload, key)
+        if stored.isascii() and hmac.compare_digest(computed, stored):
+            return True
+    return False
+
+
 def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
     """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq.
 
@@ -145,18 +160,3 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         expected_seq += 1
         checked += 1
     return Verification(ok=True, checked=checked)
-
-
-#: The reason of a keyed chain none of whose hashes verifies under the key it was given.
-WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
-
-
-def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
-    """True when the hash of one of ``records`` verifies under ``key`` (each covers its
-    own seq and stored ``prev``, so it is checked alone)."""
-    for record in records:
-        stored = record.hash
-        computed = chain_hash(record.seq, record.prev, record.payload, key)
-        if stored.isascii() and hmac.compare_digest(computed, stored):
-            return True
-    return False
