@@ -18,9 +18,12 @@ the demo never waits for input nobody can give.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import logging
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -33,7 +36,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 from .bridges.openai_agents import function_tools, resolve_interruptions
 from .bridges.openai_agents import run as run_agent
-from .cli import CliError, Style, log_hooks, render_audit
+from .cli import PROG, CliError, Style, log_hooks, render_audit
 from .engine import CallbackApproval, Decision, Executor, Registry, current_call
 from .errors import AdapterError, DuplicateEffect, LedgerError, ToolError
 from .ledger import Event, replay
@@ -398,14 +401,56 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
         audit = replay(events, await ledger.verify())
         for line in render_audit(audit, style):
             print(line, file=out)
-        print(
-            f"\nexplore it: agent-adapter ledger show --db {path}   "
-            f"(also: ledger audit, ledger verify, ledger export)",
-            file=out,
-        )
+        print(file=out)
+        for line in _hints(path):
+            print(line, file=out)
     finally:
         await executor.close()
     return 0
+
+
+def _hints(path: Path) -> list[str]:
+    """Commands that explore the ledger, as they run from this directory (a test runs
+    each), and how to put the command on PATH when it is not."""
+    prefix, path_advice = _command()
+    db = shlex.quote(str(path))
+    lines = ["explore the ledger (from this directory):"]
+    lines += [f"  {prefix} ledger {action} --db {db}" for action in _HINTED]
+    if path_advice is not None:
+        lines.append(f"to type {PROG} alone, put it on PATH: {path_advice}")
+    return lines
+
+
+_HINTED = ("show", "audit", "verify", "export")
+
+
+def _command() -> tuple[str, str | None]:
+    """How to run this command again from this directory, and how to put it on PATH
+    (None when ``agent-adapter`` already finds it there).
+
+    ``make demo`` runs ``.venv/bin/agent-adapter``, which is not on PATH: a bare
+    ``agent-adapter`` would not be found, or would be another installation's.
+    """
+    typed = Path(sys.argv[0])
+    if typed.name == PROG:  # run as the script: the path as typed works from here
+        script = typed
+    else:  # python -m agent_adapter.cli, or in-process: the script of this environment
+        script = Path(sys.executable).parent / PROG
+        if not script.is_file():
+            return f"{shlex.quote(sys.executable)} -m agent_adapter.cli", None
+        with contextlib.suppress(ValueError):
+            script = script.relative_to(Path.cwd())
+    found = shutil.which(PROG)
+    if found is not None and Path(found).resolve() == script.resolve():
+        return PROG, None
+    text = str(script) if script.is_absolute() or script.parent != Path() else f"./{script}"
+    bin_dir = script.parent
+    activate = bin_dir / "activate"
+    if activate.is_file():
+        advice = f"source {shlex.quote(str(activate))}"
+    else:
+        advice = f'export PATH="{bin_dir.resolve()}:$PATH"'
+    return shlex.quote(text), advice
 
 
 async def _retry(

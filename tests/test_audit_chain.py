@@ -81,11 +81,27 @@ def test_intact_chains_verify() -> None:
 
 
 def test_a_keyed_chain_needs_its_key() -> None:
-    """A keyed (HMAC) chain does not verify without its key or with another key."""
-    expected = Verification(
+    """A keyed (HMAC) chain does not verify without its key or with another key; under
+    another key no hash verifies, which is not named as an altered seq."""
+    assert (verify_records(KEYED), verify_records(KEYED, key=b"other")) == (
+        Verification(
+            ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"
+        ),
+        Verification(
+            ok=False,
+            checked=0,
+            reason="no event's hash verifies under this key: wrong key, or the ledger was altered",
+        ),
+    )
+
+
+def test_an_altered_first_record_under_the_right_key_is_named() -> None:
+    """With the right key, a later hash verifies: a bad seq 1 is altered, not a wrong key."""
+    first = KEYED[0]
+    tampered = [msgspec.structs.replace(first, payload=first.payload + b" "), *KEYED[1:]]
+    assert verify_records(tampered, key=b"k" * 32) == Verification(
         ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"
     )
-    assert (verify_records(KEYED), verify_records(KEYED, key=b"other")) == (expected, expected)
 
 
 @settings(max_examples=300, deadline=None)

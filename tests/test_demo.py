@@ -6,6 +6,8 @@ import asyncio
 import io
 import json
 import os
+import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -108,7 +110,8 @@ def test_demo_approve_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         "call_refund_1 (run demo-run) with the same arguments"
     ) in lines
     assert "refunds the payment API received: 1" in lines
-    assert lines[-4:-2] == ["chain: intact (19 events verified)", "problems: none"]
+    hints = lines.index("explore the ledger (from this directory):")
+    assert lines[hints - 3 : hints] == ["chain: intact (19 events verified)", "problems: none", ""]
 
 
 def test_demo_audit_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -456,3 +459,74 @@ def test_demo_interrupted_at_the_prompt_exits_130_at_once(tmp_path: Path) -> Non
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 130
     assert b"Traceback" not in output
+
+
+def _without(path_var: str, directory: Path) -> str:
+    """``PATH`` without the entries that are ``directory``."""
+    kept = [p for p in path_var.split(os.pathsep) if p and Path(p).resolve() != directory]
+    return os.pathsep.join(kept)
+
+
+@pytest.mark.parametrize("on_path", [False, True], ids=["not-on-PATH", "on-PATH"])
+def test_demo_hint_commands_run_as_printed(tmp_path: Path, on_path: bool) -> None:
+    """As `make demo` runs it (`.venv/bin/agent-adapter demo` from the checkout): every
+    command the demo prints at the end runs as printed from that directory; when
+    `agent-adapter` is not on PATH they name `.venv/bin/agent-adapter` and the last line
+    says how to put it there, which works too."""
+    venv = Path(sys.prefix).resolve()
+    assert (venv / "bin" / "agent-adapter").is_file(), "the package is installed in the venv"
+    (tmp_path / ".venv").symlink_to(venv)  # a checkout with its .venv, as make leaves it
+    path_var = _without(os.environ.get("PATH", ""), venv / "bin")
+    if on_path:
+        path_var = os.pathsep.join([str(tmp_path / ".venv" / "bin"), path_var])
+    env = {**os.environ, "NO_COLOR": "1", "PATH": path_var}
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    done = run([".venv/bin/agent-adapter", "demo", "--approve"])
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    start = lines.index("explore the ledger (from this directory):")
+    prefix = "agent-adapter" if on_path else ".venv/bin/agent-adapter"
+    db = "agent-adapter-demo.db"
+    activate = "source .venv/bin/activate"
+    advice = [] if on_path else [f"to type agent-adapter alone, put it on PATH: {activate}"]
+    actions = ("show", "audit", "verify", "export")
+    assert lines[start + 1 :] == [
+        *(f"  {prefix} ledger {action} --db {db}" for action in actions),
+        *advice,
+    ]
+    statuses = [(run(shlex.split(line)).returncode, line) for line in lines[start + 1 : start + 5]]
+    assert statuses == [(0, line) for line in lines[start + 1 : start + 5]]
+    if not on_path:
+        bash = shutil.which("bash")
+        assert bash is not None
+        activated = run([bash, "-c", f"{activate} && agent-adapter ledger verify --db {db}"])
+        assert (activated.returncode, activated.stdout, activated.stderr) == (
+            0,
+            "chain: intact (19 events verified)\n",
+            "",
+        )
+
+
+def test_demo_does_not_take_its_ledger_from_agent_adapter_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo replaces its ledger file: it never reads $AGENT_ADAPTER_DB (a real ledger)."""
+    precious = tmp_path / "real.db"
+    precious.write_bytes(b"a real ledger")
+    monkeypatch.setenv("AGENT_ADAPTER_DB", str(precious))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_demo(capsys, "--approve")
+    assert (code, err) == (0, "")
+    assert precious.read_bytes() == b"a real ledger"
+    assert f"ledger: {tmp_path / 'agent-adapter-demo.db'}" in out.splitlines()

@@ -21,6 +21,8 @@ from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
 from agent_adapter.ledger._sqlite_mark import _encode, mark_path
 
 KEY = b"k" * 32
+# The reason of a keyed chain none of whose hashes verifies under the key given.
+WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
 
 
 def requested(call_id: str, run_id: str = "r1") -> CallRequested:
@@ -300,7 +302,8 @@ async def test_rechained_rows_without_the_key_are_caught(tmp_path: Path) -> None
         prev = digest
     async with SQLiteLedger(path, key=KEY) as ledger:
         result = await ledger.verify()
-    assert (result.ok, result.first_bad_seq) == (False, 1)
+    # No hash verifies under the key: the key-holder knows the key, so it was altered.
+    assert result == Verification(ok=False, checked=0, reason=WRONG_KEY)
 
 
 # -- the head -------------------------------------------------------------------------
@@ -436,9 +439,7 @@ async def test_keyed_flag_flipped_and_rechained_is_caught_with_the_key(tmp_path:
     await writer.close()
     # The limit of an unkeyed check: a deliberate rewrite (head and mark too) verifies.
     assert without_key == Verification(ok=True, checked=3)
-    assert with_key == Verification(
-        ok=False, checked=0, first_bad_seq=1, reason="seq 1 does not match its hash (altered)"
-    )
+    assert with_key == Verification(ok=False, checked=0, reason=WRONG_KEY)
     assert str(caught.value) == (
         f"ledger {path} was written without a key; a key cannot be added to an existing chain"
     )
@@ -550,9 +551,23 @@ async def test_wrong_key_cannot_append(tmp_path: Path) -> None:
         with pytest.raises(LedgerError, match=r"key does not match the last record .*seq 3"):
             await ledger.append(requested("c3"))
         result = await ledger.verify()
-        assert (result.ok, result.first_bad_seq) == (False, 1)
+        assert result == Verification(ok=False, checked=0, reason=WRONG_KEY)
     async with SQLiteLedger(path, key=KEY) as ledger:
         assert await ledger.verify() == Verification(ok=True, checked=3)
+
+
+async def test_empty_keyed_ledger_with_a_wrong_key_says_wrong_key(tmp_path: Path) -> None:
+    """A keyed ledger with no events yet: its head does not verify under a wrong key."""
+    path = tmp_path / "empty.db"
+    async with SQLiteLedger(path, key=KEY) as ledger:
+        await ledger.verify()
+    async with SQLiteLedger(path, key=b"not the key", readonly=True) as ledger:
+        result = await ledger.verify()
+    assert result == Verification(
+        ok=False,
+        checked=0,
+        reason="the head does not verify under this key: wrong key, or the ledger was altered",
+    )
 
 
 async def test_key_cannot_be_added_to_an_unkeyed_chain(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fnmatch
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -20,13 +19,10 @@ if TYPE_CHECKING:
 from ._exported import EXPORT_NOTE, export_events, is_export, read_export, verify_export
 from ._opening import CliError, open_ledger, read_key
 from ._render import (
-    EVENT_HEADERS,
-    clock_text,
-    event_details,
+    EventLayout,
     event_json,
-    event_rows,
+    json_text,
     render_audit,
-    table,
     verification_line,
 )
 
@@ -37,6 +33,17 @@ __all__ = [
     "cmd_ledger_tail",
     "cmd_ledger_verify",
 ]
+
+
+def _check_types(args: argparse.Namespace) -> None:
+    """Refuse a ``--type`` that matches no event type: it could only ever print nothing,
+    which reads as "no such events" when the tag was mistyped."""
+    from ..ledger import EVENT_TAGS
+
+    for pattern in args.type or ():
+        if not any(fnmatch.fnmatchcase(tag, pattern) for tag in EVENT_TAGS):
+            known = ", ".join(sorted(EVENT_TAGS))
+            raise CliError(f"--type {pattern!r} matches no event type; the types are: {known}")
 
 
 def _matches(event: Event, args: argparse.Namespace) -> bool:
@@ -59,17 +66,25 @@ async def _read(ledger: Ledger, args: argparse.Namespace, after: int = 0) -> lis
     ]
 
 
-def _print_events(events: Sequence[Event], args: argparse.Namespace, out: IO[str]) -> None:
-    if args.json:
-        for e in events:
-            print(event_json(e), file=out)
-        return
-    for line in table(EVENT_HEADERS, event_rows(events, args.style), args.style):
-        print(line, file=out)
+def _print_events(
+    events: Sequence[Event], args: argparse.Namespace, out: IO[str], *, last_seq: int = 0
+) -> EventLayout:
+    """The header and a line per event (or JSON lines); the layout, for more lines."""
+    layout = EventLayout(events, args.style, last_seq=last_seq)
+    if not args.json:
+        print(layout.header(), file=out)
+    for e in events:
+        print(_event_line(e, layout, args), file=out)
+    return layout
+
+
+def _event_line(event: Event, layout: EventLayout, args: argparse.Namespace) -> str:
+    return event_json(event) if args.json else layout.line(event)
 
 
 async def cmd_ledger_show(args: argparse.Namespace, out: IO[str]) -> int:
-    """Print the events that match the filters, as a table or JSON lines."""
+    """Print the events that match the filters: a header and a line each, or JSON lines."""
+    _check_types(args)
     async with open_ledger(args) as ledger:
         events = await _read(ledger, args)
     _print_events(events, args, out)
@@ -77,10 +92,12 @@ async def cmd_ledger_show(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
-    """Print the last events, then follow the ledger as another process appends to it.
+    """Print the last events as ``show`` does, then follow the ledger as another process
+    appends to it, in the same layout.
 
     ``--duration`` bounds the whole command: no pause outlasts the time left.
     """
+    _check_types(args)
     if not (0 < args.interval < math.inf):
         raise CliError(f"--interval {args.interval}: expected a positive number of seconds")
     if args.duration is not None and not args.duration >= 0:
@@ -91,8 +108,7 @@ async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
         async for e in ledger.read(after=seen):
             seen = e.seq  # the newest seq, matching or not
         shown = events[-args.lines :] if args.lines > 0 else []
-        for e in shown:
-            print(_tail_line(e, args), file=out)
+        layout = _print_events(shown, args, out, last_seq=seen)
         out.flush()
         if not args.follow:
             return 0
@@ -110,20 +126,9 @@ async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
             async for e in ledger.read(after=seen):
                 seen = e.seq
                 if _matches(e, args):
-                    print(_tail_line(e, args), file=out)
+                    print(_event_line(e, layout, args), file=out)
             out.flush()
     return 0
-
-
-def _tail_line(event: Event, args: argparse.Namespace) -> str:
-    if args.json:
-        return event_json(event)
-    style = args.style
-    ids = "/".join(x for x in (event.run_id, event.call_id) if x) or "-"
-    return (
-        f"{event.seq:>5} {clock_text(event.ts)} {style.tag(event.type)} "
-        f"{ids} {event.tool or '-'} {event_details(event)}".rstrip()
-    )
 
 
 async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
@@ -140,7 +145,10 @@ async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
         return 0 if verification.ok else 1
     async with open_ledger(args) as ledger:
         verification = await ledger.verify(deep=args.deep)
-    print(verification_line(verification, args.style), file=out)
+    if args.json:
+        print(json_text(verification), file=out)
+    else:
+        print(verification_line(verification, args.style), file=out)
     return 0 if verification.ok else 1
 
 
@@ -187,7 +195,7 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
         }
         if exported:
             report["note"] = EXPORT_NOTE.removeprefix("note: ")
-        print(json.dumps(report), file=out)
+        print(json_text(report), file=out)
     else:
         for line in render_audit(audit, args.style):
             print(line, file=out)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import sqlite3
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import AdapterError, LedgerError, ToolUsageError
+from ..ledger import LOCK_TIMEOUT_S
 from ._ledger import (
     cmd_ledger_audit,
     cmd_ledger_export,
@@ -32,7 +35,7 @@ from ._review import (
     cmd_effects_resolve,
 )
 
-__all__ = ["PROG", "build_parser", "main"]
+__all__ = ["DB_ENV", "PROG", "build_parser", "main"]
 
 PROG = "agent-adapter"
 
@@ -54,9 +57,54 @@ async def cmd_demo(args: argparse.Namespace, out: IO[str]) -> int:
 
 # -- argument parsing ------------------------------------------------------------------
 
+# The environment variable that names the ledger when --db is not given. The demo never
+# reads it: the demo replaces its file, and this one names a real ledger.
+DB_ENV = "AGENT_ADAPTER_DB"
+
+_GLOBAL_NOTE = (
+    "--db defaults to $AGENT_ADAPTER_DB. Global options (--log-format, --log-level, "
+    "--no-color, --lock-timeout) go before or after the command; see agent-adapter --help."
+)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose paragraphs; keeps a paragraph with indented lines (examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for block in text.split("\n\n"):
+            if "\n " in block:
+                paragraphs.append("\n".join(indent + line for line in block.splitlines()))
+            else:
+                # Not at a hyphen: "agent-adapter" stays one word.
+                text = " ".join(block.split())
+                paragraphs.append(
+                    textwrap.fill(
+                        text,
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                    )
+                )
+        return "\n\n".join(paragraphs)
+
+
+def _epilog(*examples: str, note: str | None = _GLOBAL_NOTE) -> str:
+    """The examples paragraph of a command's help (each line must parse: a test runs it)."""
+    text = "examples:\n" + "\n".join(f"  {PROG} {example}" for example in examples)
+    return f"{text}\n\n{note}" if note else text
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version(PROG)
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "(not installed)"
+
 
 def _add_db(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
-    parser.add_argument("--db", required=True, metavar="FILE", help="the SQLite ledger file")
+    parser.add_argument("--db", metavar="FILE", help=f"the SQLite ledger file (default: ${DB_ENV})")
     if key:
         parser.add_argument(
             "--key-file",
@@ -73,39 +121,56 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
         "--type",
         action="append",
         metavar="TAG",
-        help="only events of this type; a glob like 'approval.*'; repeatable",
+        help="only events of this type: a tag or a glob ('approval.*'); repeatable; "
+        "one that matches no event type is refused",
     )
-    parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    _add_json(parser, listing=True)
+
+
+def _add_json(parser: argparse.ArgumentParser, *, listing: bool) -> None:
+    # One JSON style (compact, UTF-8): a list is one object per line, a result one object.
+    what = "one JSON object per line" if listing else "one JSON object"
+    parser.add_argument("--json", action="store_true", help=f"print {what} instead of text")
 
 
 def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The global options: listed in the top help; accepted, unlisted, after a command."""
+
     def default(value: Any) -> Any:
+        # SUPPRESS keeps a command from resetting what was given before it.
         return value if top else argparse.SUPPRESS
 
-    parser.add_argument(
+    def shown(text: str) -> str:
+        return text if top else argparse.SUPPRESS
+
+    group: Any = parser.add_argument_group("global options") if top else parser
+    group.add_argument(
         "--log-format",
         choices=("console", "json"),
         default=default(None),
-        help="turn structlog logging on, to stderr, in this format (default: off)",
+        help=shown("turn structlog logging on, to stderr, in this format (default: off)"),
     )
-    parser.add_argument(
+    group.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error", "off"),
         default=default(None),
-        help="log level when logging is on (default: info)",
+        help=shown("log level when logging is on (default: info)"),
     )
-    parser.add_argument(
+    group.add_argument(
         "--no-color",
         action="store_true",
         default=default(False),
-        help="never colour the output",
+        help=shown("never colour the output (colour is used on a terminal, without NO_COLOR)"),
     )
-    parser.add_argument(
+    group.add_argument(
         "--lock-timeout",
         type=float,
-        default=default(5.0),
+        default=default(LOCK_TIMEOUT_S),
         metavar="SECONDS",
-        help="how long to wait for a ledger another process holds locked (default: 5)",
+        help=shown(
+            "how long a command that records a decision waits for a ledger another "
+            f"process holds locked (default: {LOCK_TIMEOUT_S:g})"
+        ),
     )
 
 
@@ -114,27 +179,60 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="An event-sourced executor for AI-agent tool calls: demo and ledger tools.",
+        formatter_class=_Formatter,
+        epilog=_epilog(
+            "demo --approve",
+            "ledger audit --db agent-adapter-demo.db",
+            "approvals list --db ledger.db --json",
+            note=(
+                f"Commands on a ledger take --db FILE, or ${DB_ENV} when --db is not "
+                "given. --json prints data as JSON in one style: one object per line for a "
+                "list, one object for a single result. Exit status: 0 ok, 1 "
+                "a failed check or an error (one line on stderr), 2 a usage error, 130 "
+                "interrupted."
+            ),
+        ),
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     _add_common(parser, top=True)
-    # The same options after the subcommand (`agent-adapter demo --log-format json`);
-    # SUPPRESS keeps a subcommand from resetting what was given before it.
     common = argparse.ArgumentParser(add_help=False)
     _add_common(common, top=False)
 
-    def leaf(group: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = group.add_parser(name, parents=[common], **kwargs)
-        return parser
+    def command(group: Any, name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        # The help of a command is its description too, unless it has its own.
+        kwargs.setdefault("description", help[:1].upper() + help[1:] + ".")
+        sub: argparse.ArgumentParser = group.add_parser(
+            name, help=help, formatter_class=_Formatter, **kwargs
+        )
+        return sub
 
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    def leaf(group: Any, name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        sub = command(group, name, help, parents=[common], **kwargs)
+        # For a usage error found after parsing (no --db): its own usage line.
+        sub.set_defaults(command_parser=sub)
+        return sub
 
-    demo = commands.add_parser(
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, help="what to do"
+    )
+    demo = leaf(
+        commands,
         "demo",
-        parents=[common],
-        help="run the scripted support agent (no API key, no network)",
+        "run the scripted support agent (no API key, no network)",
         description=(
             "A support agent on the OpenAI Agents SDK, driven by a scripted model, looks up "
             "an order and asks to refund it; you approve, deny or edit the refund; the "
             "same refund is retried and refused; the audit of the ledger is printed."
+        ),
+        epilog=_epilog(
+            "demo                     # asks you at the terminal",
+            "demo --approve --reviewer alice",
+            "demo --edit-amount 2000 --db /tmp/demo.db",
+            note=(
+                "The demo replaces its --db file on each run, so it never reads "
+                f"${DB_ENV}. Global options go before or after the command; see "
+                "agent-adapter --help."
+            ),
         ),
     )
     demo.add_argument(
@@ -158,54 +256,153 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--reviewer", metavar="NAME", help="the approver's name in the ledger")
     demo.set_defaults(handler=cmd_demo)
 
-    ledger = commands.add_parser("ledger", help="read, follow, verify, audit or export a ledger")
-    ledger_cmds = ledger.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
-    show = leaf(ledger_cmds, "show", help="print events (filters, table or JSON lines)")
+    _ledger_commands(commands, command, leaf)
+    _approvals_commands(commands, command, leaf)
+    _effects_commands(commands, command, leaf)
+    return parser
+
+
+_Maker = Callable[..., argparse.ArgumentParser]
+
+
+def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
+    ledger = command(
+        commands,
+        "ledger",
+        "read, follow, verify, audit or export a ledger",
+        epilog=_epilog(
+            "ledger show --db ledger.db --run r1",
+            "ledger verify --db ledger.db",
+        ),
+    )
+    actions = ledger.add_subparsers(
+        dest="ledger_command", metavar="ACTION", required=True, help="what to do with it"
+    )
+    show = leaf(
+        actions,
+        "show",
+        "print events: a header, then one line per event (or JSON lines)",
+        epilog=_epilog(
+            "ledger show --db ledger.db",
+            "ledger show --db ledger.db --run r1 --type 'approval.*'",
+            "ledger show --db ledger.db --call c2 --json",
+        ),
+    )
     _add_db(show)
     _add_filters(show)
     show.set_defaults(handler=cmd_ledger_show)
-    tail = leaf(ledger_cmds, "tail", help="print the last events and follow new ones")
+    tail = leaf(
+        actions,
+        "tail",
+        "print the last events as `show` does, then follow new ones",
+        epilog=_epilog(
+            "ledger tail --db ledger.db                # until Ctrl-C",
+            "ledger tail --db ledger.db -n 50 --no-follow",
+            "ledger tail --db ledger.db --type 'call.*' --duration 60",
+        ),
+    )
     _add_db(tail)
     _add_filters(tail)
-    tail.add_argument("-n", "--lines", type=int, default=10, help="events shown first (10)")
+    tail.add_argument(
+        "-n", "--lines", type=int, default=10, metavar="N", help="events shown first (10)"
+    )
     tail.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
-    tail.add_argument("--interval", type=float, default=0.25, help="poll interval, seconds")
+    tail.add_argument(
+        "--interval",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="how often to look for new events (0.25)",
+    )
     tail.add_argument(
         "--duration", type=float, metavar="SECONDS", help="stop following after this long"
     )
     tail.set_defaults(handler=cmd_ledger_tail)
-    verify = leaf(ledger_cmds, "verify", help="check the hash chain (exit 1 if broken)")
+    verify = leaf(
+        actions,
+        "verify",
+        "check the hash chain (exit 1 unless it is intact)",
+        epilog=_epilog(
+            "ledger verify --db ledger.db",
+            "ledger verify --db ledger.db --key-file ledger.key --json",
+        ),
+    )
     _add_db(verify)
     verify.add_argument(
         "--deep",
         action="store_true",
         help="also check the file's structure and indexes (PRAGMA integrity_check; slower)",
     )
+    _add_json(verify, listing=False)
     verify.set_defaults(handler=cmd_ledger_verify)
-    audit = leaf(ledger_cmds, "audit", help="per-call audit and problems (exit 1 if any)")
+    audit = leaf(
+        actions,
+        "audit",
+        "per-call audit and its problems (exit 1 if there are any)",
+        epilog=_epilog("ledger audit --db ledger.db", "ledger audit --db ledger.db --json"),
+    )
     _add_db(audit)
-    audit.add_argument("--json", action="store_true", help="one JSON report")
+    _add_json(audit, listing=False)
     audit.set_defaults(handler=cmd_ledger_audit)
-    export = leaf(ledger_cmds, "export", help="every event as JSON lines")
+    export = leaf(
+        actions,
+        "export",
+        "print every event as JSON lines, with seq, prev and hash",
+        epilog=_epilog("ledger export --db ledger.db > ledger.jsonl"),
+    )
     _add_db(export)
     export.set_defaults(handler=cmd_ledger_export)
 
-    approvals = commands.add_parser("approvals", help="answer deferred approval requests")
-    approval_cmds = approvals.add_subparsers(
-        dest="approvals_command", metavar="ACTION", required=True
+
+def _approvals_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
+    approvals = command(
+        commands,
+        "approvals",
+        "answer deferred approval requests",
+        epilog=_epilog(
+            "approvals list --db ledger.db",
+            "approvals approve REQUEST_ID --db ledger.db --reviewer alice",
+        ),
     )
-    listing = leaf(approval_cmds, "list", help="open requests")
+    actions = approvals.add_subparsers(
+        dest="approvals_command", metavar="ACTION", required=True, help="what to do"
+    )
+    listing = leaf(
+        actions,
+        "list",
+        "the open (unanswered) requests, oldest first",
+        epilog=_epilog("approvals list --db ledger.db", "approvals list --db ledger.db --json"),
+    )
     _add_db(listing)
-    listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    _add_json(listing, listing=True)
     listing.set_defaults(handler=cmd_approvals_list)
-    show_one = leaf(approval_cmds, "show", help="one request and its status")
-    show_one.add_argument("request_id", metavar="REQUEST_ID")
+    show_one = leaf(
+        actions,
+        "show",
+        "one request and its status",
+        epilog=_epilog("approvals show REQUEST_ID --db ledger.db --json"),
+    )
+    show_one.add_argument("request_id", metavar="REQUEST_ID", help=_REQUEST_ID_HELP)
     _add_db(show_one)
-    show_one.add_argument("--json", action="store_true", help="JSON instead of text")
+    _add_json(show_one, listing=False)
     show_one.set_defaults(handler=cmd_approvals_show)
-    for name, handler in (("approve", cmd_approvals_approve), ("deny", cmd_approvals_deny)):
-        answer = leaf(approval_cmds, name, help=f"{name} an open request")
-        answer.add_argument("request_id", metavar="REQUEST_ID")
+    for name, handler, examples in (
+        (
+            "approve",
+            cmd_approvals_approve,
+            (
+                "approvals approve REQUEST_ID --db ledger.db --reviewer alice",
+                "approvals approve REQUEST_ID --db ledger.db --edit amount_cents=2000",
+            ),
+        ),
+        (
+            "deny",
+            cmd_approvals_deny,
+            ("approvals deny REQUEST_ID --db ledger.db --reason 'over the limit'",),
+        ),
+    ):
+        answer = leaf(actions, name, f"{name} an open request", epilog=_epilog(*examples))
+        answer.add_argument("request_id", metavar="REQUEST_ID", help=_REQUEST_ID_HELP)
         _add_db(answer)
         answer.add_argument("--reviewer", metavar="NAME", help="who decides (default: $USER)")
         answer.add_argument("--reason", metavar="TEXT", help="why, recorded in the ledger")
@@ -218,15 +415,49 @@ def build_parser() -> argparse.ArgumentParser:
             )
         answer.set_defaults(handler=handler)
 
-    effects = commands.add_parser("effects", help="list and resolve ambiguous effect keys")
-    effect_cmds = effects.add_subparsers(dest="effects_command", metavar="ACTION", required=True)
-    elist = leaf(effect_cmds, "list", help="ambiguous effect keys")
+
+_REQUEST_ID_HELP = (
+    "the request's id: the ApprovalPending the agent got carries it; `approvals list` shows it"
+)
+
+
+def _effects_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
+    effects = command(
+        commands,
+        "effects",
+        "list and resolve ambiguous effect keys",
+        epilog=_epilog("effects list --db ledger.db", "effects list --db ledger.db --all"),
+    )
+    actions = effects.add_subparsers(
+        dest="effects_command", metavar="ACTION", required=True, help="what to do"
+    )
+    elist = leaf(
+        actions,
+        "list",
+        "ambiguous effect keys (--all: every key with its status)",
+        epilog=_epilog("effects list --db ledger.db", "effects list --db ledger.db --all --json"),
+    )
     _add_db(elist)
     elist.add_argument("--all", action="store_true", help="every key with its status")
-    elist.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    _add_json(elist, listing=True)
     elist.set_defaults(handler=cmd_effects_list)
-    resolve = leaf(effect_cmds, "resolve", help="resolve an ambiguous key")
-    resolve.add_argument("key", metavar="KEY")
+    resolve = leaf(
+        actions,
+        "resolve",
+        "record whether an ambiguous key's effect happened",
+        epilog=_epilog(
+            "effects resolve refund:A1001 --committed --db ledger.db --reason 'seen in the PSP'",
+            "effects resolve refund:A1001 --failed --db ledger.db --reason 'not in the PSP'",
+            note=(
+                "Check the outside world first (the payment provider, with the key as the "
+                "idempotency key): --failed frees the key, and the next call with it runs "
+                "the effect again. " + _GLOBAL_NOTE
+            ),
+        ),
+    )
+    resolve.add_argument(
+        "key", metavar="KEY", help="the effect key, as `effects list` shows it (refund:A1001)"
+    )
     _add_db(resolve)
     how = resolve.add_mutually_exclusive_group(required=True)
     how.add_argument("--committed", action="store_true", help="the effect happened")
@@ -234,7 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--reviewer", metavar="NAME", help="who decides (default: $USER)")
     resolve.add_argument("--reason", metavar="TEXT", help="why, recorded in the ledger")
     resolve.set_defaults(handler=cmd_effects_resolve)
-    return parser
+
+
+def _resolve_db(args: argparse.Namespace) -> None:
+    """``--db`` from ``$AGENT_ADAPTER_DB`` when not given; a usage error without either."""
+    if "db" not in vars(args) or args.db is not None:
+        return
+    # An empty variable counts as unset: it can name no file.
+    args.db = os.environ.get(DB_ENV) or None
+    if args.db is None:
+        args.command_parser.error(f"no ledger given: pass --db FILE or set {DB_ENV}")
 
 
 def _check_text(args: argparse.Namespace) -> None:
@@ -277,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failed, 2 usage, 130 ^C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _resolve_db(args)
     out = sys.stdout
     args.style = Style.for_stream(out, force_off=args.no_color)
     args.logging = configure_logging(args.log_format, args.log_level)

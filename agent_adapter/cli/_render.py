@@ -15,12 +15,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVENT_HEADERS",
+    "EventLayout",
     "Style",
     "clock_text",
     "compact",
     "event_details",
     "event_json",
-    "event_rows",
+    "json_text",
     "render_audit",
     "short",
     "table",
@@ -154,23 +155,66 @@ def clock_text(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
-def event_rows(events: Iterable[Event], style: Style) -> list[list[str]]:
-    """Table rows for ``events``: seq, time (UTC), type, run, call, tool, details."""
-    return [
-        [
-            str(e.seq),
-            clock_text(e.ts),
-            style.tag(e.type),
-            e.run_id or "-",
-            e.call_id or "-",
-            e.tool or "-",
-            event_details(e),
-        ]
-        for e in events
-    ]
-
-
 EVENT_HEADERS = ("seq", "time (UTC)", "type", "run", "call", "tool", "details")
+
+
+class EventLayout:
+    """The one line layout of ``ledger show`` and ``ledger tail``: a header, then a line
+    per event with the columns of ``EVENT_HEADERS``.
+
+    Widths are fixed when the layout is made, from the events known then (and ``last_seq``
+    for the seq column); the type column fits every tag this version knows. So the lines
+    ``tail`` prints while following line up with the first ones, and a longer run, call
+    or tool later widens only its own line.
+    """
+
+    def __init__(self, events: Sequence[Event], style: Style, *, last_seq: int = 0) -> None:
+        from ..ledger import EVENT_TAGS
+
+        self._style = style
+        seq = max([last_seq, *(e.seq for e in events)])
+        self._widths = [
+            max(len(EVENT_HEADERS[0]), len(str(seq))),
+            len(clock_text(0.0)),
+            max(len(t) for t in (*EVENT_TAGS, EVENT_HEADERS[2])),
+            max([len(EVENT_HEADERS[3]), *(len(_cell(e.run_id)) for e in events)]),
+            max([len(EVENT_HEADERS[4]), *(len(_cell(e.call_id)) for e in events)]),
+            max([len(EVENT_HEADERS[5]), *(len(_cell(e.tool)) for e in events)]),
+        ]
+
+    def _join(self, cells: Sequence[str], *, seq: str) -> str:
+        widths = self._widths
+        padded = [seq.rjust(widths[0])]
+        padded += [c + " " * (w - _visible_len(c)) for c, w in zip(cells, widths[1:], strict=False)]
+        return "  ".join([*padded, *cells[len(widths) - 1 :]]).rstrip()
+
+    def header(self) -> str:
+        """The header line (dim on a terminal)."""
+        line = self._join(EVENT_HEADERS[1:], seq=EVENT_HEADERS[0])
+        return self._style.paint(line, "dim")
+
+    def line(self, event: Event) -> str:
+        """One event: seq, time, type (coloured), run, call, tool, details."""
+        cells = [
+            clock_text(event.ts),
+            self._style.tag(event.type),
+            _cell(event.run_id),
+            _cell(event.call_id),
+            _cell(event.tool),
+            event_details(event),
+        ]
+        return self._join(cells, seq=str(event.seq))
+
+
+def _cell(text: str) -> str:
+    return text or "-"
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the command line's one JSON style: compact, UTF-8, one line."""
+    # msgspec never writes NaN or Infinity (json.dumps does: not JSON), and a non-ASCII
+    # character is itself, not an escape, as in event_json and the ledger's own bytes.
+    return msgspec.json.encode(value).decode()
 
 
 def _approval_text(record: Any) -> str:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from ._logging import log_hooks
 from ._opening import CliError, open_ledger
-from ._render import clock_text, compact, table
+from ._render import clock_text, compact, json_text, table
 
 __all__ = [
     "cmd_approvals_approve",
@@ -133,7 +133,7 @@ async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
         for p, notice in zip(pending, notices, strict=True):
             data = msgspec.to_builtins(p)
             data["effect_notice"] = notice
-            print(json.dumps(data), file=out)
+            print(json_text(data), file=out)
         return 0
     if not pending:
         print("no pending approval requests", file=out)
@@ -169,7 +169,7 @@ async def cmd_approvals_show(args: argparse.Namespace, out: IO[str]) -> int:
         data["answer"] = msgspec.to_builtins(answered) if answered else None
         data["consumed_by"] = list(consumed) if consumed else None
         data["effect_notice"] = notice
-        print(json.dumps(data), file=out)
+        print(json_text(data), file=out)
         return 0
     style = args.style
     if answered is None:
@@ -299,7 +299,7 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         for key, (status, run_id, call_id) in effects.items():
             record = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
-            print(json.dumps(record), file=out)
+            print(json_text(record), file=out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)

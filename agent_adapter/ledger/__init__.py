@@ -11,6 +11,7 @@ from ._audit import (
 )
 from ._chain import Record, Verification, chain_hash, check_chain, verify_records
 from ._events import (
+    EVENT_TAGS,
     OUTCOME_TAGS,
     ApprovalAnswered,
     ApprovalConsumed,
@@ -46,7 +47,7 @@ from ._events import (
 )
 from ._export import export_line, parse_export_line
 from ._memory import MemoryLedger
-from ._protocol import Ledger
+from ._protocol import LOCK_TIMEOUT_S, Ledger
 
 __all__ = [
     "ApprovalAnswered",
@@ -74,6 +75,7 @@ __all__ = [
     "CallSucceeded",
     "CallTimedOut",
     "CallValidated",
+    "EVENT_TAGS",
     "EffectClaimed",
     "EffectRecord",
     "EffectResolution",
@@ -82,6 +84,7 @@ __all__ = [
     "GuardChecked",
     "GuardVerdict",
     "HookFailed",
+    "LOCK_TIMEOUT_S",
     "Ledger",
     "MemoryLedger",
     "OUTCOME_TAGS",

@@ -128,15 +128,33 @@ def _damage(prev: object, hash_: object, payload: object) -> str:
     return ""
 
 
+#: The reason of a keyed chain none of whose hashes verifies under the key it was given.
+WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
+
+
+def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
+    """True when the hash of one of ``records`` verifies under ``key`` (each covers its
+    own seq and stored ``prev``, so it is checked alone)."""
+    for record in records:
+        stored = record.hash
+        computed = chain_hash(record.seq, record.prev, record.payload, key)
+        if stored.isascii() and hmac.compare_digest(computed, stored):
+            return True
+    return False
+
+
 def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
     """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq.
 
     A record whose fields are of the wrong kinds (a damaged file) is named too, never a
     ``TypeError``.
+    With a ``key`` under which no hash verifies, no seq is named: ``reason`` is
+    ``WRONG_KEY`` (a wrong key, or a ledger altered throughout, cannot be told apart).
     """
     expected_seq = 1
     prev = ""
     checked = 0
+    records = iter(records)
     for record in records:
         if type(record.seq) is not int:
             return Verification(
@@ -175,6 +193,11 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         if not stored.isascii() or not hmac.compare_digest(
             chain_hash(record.seq, prev, record.payload, key), stored
         ):
+            if key is not None and checked == 0 and not _any_verifies(records, key):
+                # Under a wrong key no hash verifies, exactly as when every record was
+                # altered: nothing says which, so neither is claimed. One later hash that
+                # verifies proves the key, and then this record was altered.
+                return Verification(ok=False, checked=0, reason=WRONG_KEY)
             return Verification(
                 ok=False,
                 checked=checked,

@@ -14,6 +14,7 @@ from typing import Any, Union
 import msgspec
 
 __all__ = [
+    "EVENT_TAGS",
     "OUTCOME_TAGS",
     "ApprovalAnswered",
     "ApprovalConsumed",
@@ -365,7 +366,12 @@ OUTCOME_TAGS: frozenset[str] = frozenset(
     if issubclass(cls, _Outcome)  # type: ignore[misc]
 )
 
-_TAGS: frozenset[str] = frozenset(cls.__struct_config__.tag for cls in _ALL)  # type: ignore[misc]
+#: Every event tag this version knows. An event of a newer version's type reads back as
+#: ``unknown`` (``UnknownEvent``), so these are all the types a read can yield.
+EVENT_TAGS: frozenset[str] = frozenset(
+    str(cls.__struct_config__.tag)  # type: ignore[misc]
+    for cls in _ALL
+)
 
 
 def _unencodable(obj: Any) -> str:

@@ -8,7 +8,16 @@ from typing import Protocol, runtime_checkable
 from ._chain import Verification
 from ._events import Event
 
-__all__ = ["Ledger"]
+__all__ = ["LOCK_TIMEOUT_S", "Ledger"]
+
+#: How long a store waits for a write lock another process holds before it gives up
+#: with ``LedgerError``: the default of ``SQLiteLedger(busy_timeout_s=)`` and of the
+#: command line's ``--lock-timeout``. A lock is normally held for one group-commit
+#: transaction (milliseconds); giving up is the costlier mistake: an outcome that cannot
+#: be appended after the body ran leaves the call ambiguous for a person to resolve, and
+#: a decision the CLI could not record must be typed again. 30 s rides out a loaded
+#: machine or a checkpoint and still ends the wait on a holder that is stuck.
+LOCK_TIMEOUT_S: float = 30.0
 
 
 @runtime_checkable

@@ -33,6 +33,7 @@ from ..errors import LedgerError
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow, appending
+from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _FORMAT,
     _SCHEMA,
@@ -70,7 +71,7 @@ class SQLiteLedger:
     - Several processes may append to one file at once: seq stays gap-free and the
       chain valid, because each transaction takes the last seq and hash under the
       write lock. A lock held by another process is waited for up to
-      ``busy_timeout_s``, then ``LedgerError``.
+      ``busy_timeout_s`` (``LOCK_TIMEOUT_S``, 30 s), then ``LedgerError``.
     - ``key`` (bytes) makes every hash an HMAC; the file records that it is keyed
       (never the key). Without the key such a file can be read, but ``verify()``
       reports that it cannot check and appends raise ``LedgerError``.
@@ -104,7 +105,7 @@ class SQLiteLedger:
         *,
         synchronous: str = "FULL",
         key: bytes | None = None,
-        busy_timeout_s: float = 30.0,
+        busy_timeout_s: float = LOCK_TIMEOUT_S,
         readonly: bool = False,
     ) -> None:
         self.path = os.fspath(path)

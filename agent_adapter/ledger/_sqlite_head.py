@@ -121,6 +121,15 @@ def _check_head(
                 f"ledger {path} is marked unkeyed and its head does not verify under this "
                 "key: it was not written with the key (or was rewritten without it)",
             )
+        if key is not None and not last_seq:
+            # No record vouches for the key: a wrong one cannot be told from an altered
+            # head, so no seq is named (as verify_records does for records).
+            return Verification(
+                ok=False,
+                checked=0,
+                reason="the head does not verify under this key: wrong key, or the ledger "
+                "was altered",
+            )
         return _bad_head(
             last_seq,
             f"the head (it says seq {head_seq}) does not match its MAC: it was altered"
