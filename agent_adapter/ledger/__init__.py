@@ -1,5 +1,7 @@
 """The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
 
+from typing import TYPE_CHECKING
+
 from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
 from ._chain import Record, Verification, chain_hash, verify_records
 from ._events import (
@@ -38,6 +40,11 @@ from ._events import (
 )
 from ._memory import MemoryLedger
 from ._protocol import Ledger
+
+if TYPE_CHECKING:
+    # Loaded lazily at run time (``__getattr__`` below); imported here for type checkers,
+    # which do not run ``__getattr__`` and would otherwise type SQLiteLedger as object.
+    from ._sqlite import SQLiteLedger
 
 __all__ = [
     "ApprovalAnswered",
