@@ -11,7 +11,7 @@ import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, count
 from operator import sub
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 
@@ -59,7 +59,8 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     if brackets.count(b"[") + brackets.count(b"{") <= limit:
         return False
     # The depth after the i-th bracket (from 1) is 2 * openers so far - i.
-    return max(map(sub, accumulate(brackets.translate(_STEPS)), count(1))) > limit
+    deepest: int = max(map(sub, accumulate(brackets.translate(_STEPS)), count(1)))
+    return deepest > limit
 
 
 def _not_json(value: Any, limit: int) -> str | None:
@@ -261,6 +262,44 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, ToolSpec] = {}
 
+    # Two overloads, so that a type checker knows what each form returns: bare
+    # (``@registry.tool``) the spec, with options a decorator that makes one.
+    @overload
+    def tool(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> ToolSpec: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
+
     def tool(
         self,
         fn: Callable[..., Any] | None = None,
@@ -276,7 +315,7 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
-    ) -> Any:
+    ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
         """Register a sync or async function; usable bare (``@registry.tool``) or with options.
 
         The parameter schema comes from the signature; ``name`` defaults to the function's

@@ -352,7 +352,7 @@ AnyEvent = Union[_ALL]  # type: ignore[valid-type]  # noqa: UP007
 OUTCOME_TAGS: frozenset[str] = frozenset(
     str(cls.__struct_config__.tag)
     for cls in _ALL
-    if issubclass(cls, _Outcome)  # type: ignore[misc]
+    if issubclass(cls, _Outcome)
 )
 
 _TAGS: frozenset[str] = frozenset(cls.__struct_config__.tag for cls in _ALL)  # type: ignore[misc]
