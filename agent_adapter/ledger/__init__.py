@@ -1,6 +1,6 @@
 """The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
 
-from typing import TYPE_CHECKING
+import typing
 
 from ._audit import ApprovalRecord, Audit, CallRecord, Problem, replay
 from ._chain import Record, Verification, chain_hash, verify_records
@@ -41,9 +41,10 @@ from ._events import (
 from ._memory import MemoryLedger
 from ._protocol import Ledger
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     # Loaded lazily at run time (``__getattr__`` below); imported here for type checkers,
     # which do not run ``__getattr__`` and would otherwise type SQLiteLedger as object.
+    # (``typing.``, not a name imported from it: the package's public names stay its own.)
     from ._sqlite import SQLiteLedger
 
 __all__ = [
