@@ -75,7 +75,7 @@ def _check_as_user(tmp_path: Path, sources: dict[str, str]) -> subprocess.Comple
 def test_the_package_passes_mypy_strict() -> None:
     """`mypy --strict agent_adapter` reports nothing, with the project's mypy settings."""
     done = _mypy("agent_adapter", cwd=REPO, cache=PACKAGE_CACHE)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), done.stdout
 
 
 def test_readme_examples_pass_mypy_strict_outside_the_checkout(tmp_path: Path) -> None:
