@@ -8,10 +8,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo bench lint clean
 
-$(STAMP): pyproject.toml
+# editable_mode=compat puts the checkout on sys.path through a plain .pth entry: mypy and
+# pyright follow such a path, not the import hook of setuptools' default editable mode,
+# so code outside the checkout is type-checked against the package (it has py.typed).
+# The Makefile is a prerequisite too: a venv installed the old way is reinstalled.
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,openai-agents]'
+	$(BIN)/python -m pip install -q -e '.[dev,openai-agents]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 test: $(STAMP)

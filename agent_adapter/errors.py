@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AdapterError",
+    "AdapterWarning",
     "AmbiguousEffect",
     "ApprovalDenied",
     "ApprovalPending",
@@ -25,6 +26,7 @@ __all__ = [
     "ToolFailed",
     "ToolTimeout",
     "ToolUsageError",
+    "UnannotatedToolWarning",
     "error_from_kind",
 ]
 
@@ -161,6 +163,15 @@ class LedgerError(AdapterError):
     """A ledger file cannot be used: not a ledger, corrupt, newer schema, locked."""
 
     kind = "ledger"
+
+
+class AdapterWarning(UserWarning):
+    """Root of the warnings agent-adapter gives (``warnings.filterwarnings`` on this)."""
+
+
+class UnannotatedToolWarning(AdapterWarning):
+    """A tool was registered with parameters that have no type annotation: any JSON value
+    is accepted for them, unvalidated."""
 
 
 #: Kinds a bridge shows to the model as a tool output; every other kind is raised.

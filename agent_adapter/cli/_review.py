@@ -212,7 +212,7 @@ def _effect_text(
     if key is None:
         return "none"
     if notice is not None:
-        text = style.paint(notice, "yellow")
+        text = str(style.paint(notice, "yellow"))
     elif held is not None:
         text = f"{key} ({now} by call {held.call_id}, run {held.run_id})"
     else:

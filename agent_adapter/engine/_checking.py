@@ -76,7 +76,7 @@ async def _checks(self: Executor, run: _Run, call: Call) -> Call:
 
 
 async def _guard(
-    self,
+    self: Executor,
     run: _Run,
     call: Call,
     stage: str,

@@ -135,7 +135,7 @@ def _ambiguous(self: Executor, run: _Run, key: str, reason: str) -> _Stop:
 
 
 async def resolve_effect(
-    self, key: str, *, outcome: str, reviewer: str, reason: str | None = None
+    self: Executor, key: str, *, outcome: str, reviewer: str, reason: str | None = None
 ) -> None:
     """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
 

@@ -51,6 +51,15 @@ from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
 from ._limits import RunLimits
+from ._options import (
+    check_approval,
+    check_clock,
+    check_guards,
+    check_hooks,
+    check_ledger,
+    check_limits,
+    check_registry,
+)
 from ._run import _maybe_await, _name_of, _new_id, _Run, _scrub, _Stop, _validated
 from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
@@ -73,6 +82,10 @@ class Executor:
     ``MemoryLedger``; without an approval port, calls that need approval are denied
     unless their context carries a decision. Open one on an existing ledger with
     ``await Executor.open(...)`` so that its projections are rebuilt first.
+
+    The options are checked here, once: a path as ``ledger``, a function as ``approval``,
+    a dict as ``limits``, a hook with no hook method or a guard that cannot take its
+    arguments is a ``ToolUsageError`` saying what to pass.
     """
 
     # Steps kept in their own modules (one concept per module), bound here as methods.
@@ -113,6 +126,16 @@ class Executor:
     ) -> None:
         if remember is not None and (not isinstance(remember, int) or remember < 1):
             raise ToolUsageError("remember must be a positive number of calls, or None")
+        # Checked once, here: a wrong option is then one error saying what to pass, not an
+        # AttributeError (or every call denied, or a hook never called) at a later call.
+        check_registry(registry)
+        check_ledger(ledger)
+        check_approval(approval)
+        check_limits(limits)
+        check_clock(clock)
+        hooks = check_hooks(hooks)
+        guards = check_guards("guards", guards, output=False)
+        output_guards = check_guards("output_guards", output_guards, output=True)
         self.registry = registry if registry is not None else Registry()
         self.remember = remember
         # Runs being recalled from the ledger: their waiters, and other writers' events

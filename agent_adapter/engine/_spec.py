@@ -8,15 +8,17 @@ import inspect
 import math
 import re
 import string
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, count
 from operator import sub
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 
-from ..errors import ToolArgsInvalid, ToolUsageError
+from ..errors import ToolArgsInvalid, ToolUsageError, UnannotatedToolWarning
 from ..ledger._recordable import text
+from ._options import check_guards, check_targets
 from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
@@ -60,7 +62,8 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     if brackets.count(b"[") + brackets.count(b"{") <= limit:
         return False
     # The depth after the i-th bracket (from 1) is 2 * openers so far - i.
-    return max(map(sub, accumulate(brackets.translate(_STEPS)), count(1))) > limit
+    deepest: int = max(map(sub, accumulate(brackets.translate(_STEPS)), count(1)))
+    return deepest > limit
 
 
 def _not_json(value: Any, limit: int) -> str | None:
@@ -256,11 +259,68 @@ class ToolSpec:
         return {**defaults, **value} if defaults else value
 
 
+def _warn_unannotated(tool: str, fn: Callable[..., Any], stacklevel: int) -> None:
+    """Warn (once, at registration) when parameters have no annotation: validation then
+    accepts any JSON value for them, which a forgotten annotation should not silently mean."""
+    bare = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.annotation is inspect.Parameter.empty
+    ]
+    if bare:
+        names = ", ".join(repr(n) for n in bare)
+        warnings.warn(
+            f"tool {tool}: parameter(s) {names} have no type annotation, so any JSON "
+            f"value is accepted for them; annotate them ({bare[0]}: str, ...), with Any to "
+            "accept anything",
+            UnannotatedToolWarning,
+            stacklevel=stacklevel,
+        )
+
+
 class Registry:
     """Named tools. ``@registry.tool`` registers a function and returns its ``ToolSpec``."""
 
     def __init__(self) -> None:
         self._specs: dict[str, ToolSpec] = {}
+
+    # Two overloads, so that a type checker knows what each form returns: bare
+    # (``@registry.tool``) the spec, with options a decorator that makes one.
+    @overload
+    def tool(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> ToolSpec: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool | Callable[..., Any] = False,
+        targets: Sequence[str] | None = None,
+        timeout: float | None = None,
+        cache: float | None = None,
+        effect: str | Callable[[dict[str, Any]], str] | None = None,
+        guards: Sequence[Callable[..., Any]] = (),
+        output_guards: Sequence[Callable[..., Any]] = (),
+        redact: Sequence[str] = (),
+        redact_result: bool = False,
+    ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
 
     def tool(
         self,
@@ -277,16 +337,21 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
-    ) -> Any:
+    ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
         """Register a sync or async function; usable bare (``@registry.tool``) or with options.
 
         The parameter schema comes from the signature; ``name`` defaults to the function's
-        name and ``description`` to its docstring. Returns the ``ToolSpec``.
+        name and ``description`` to its docstring. Returns the ``ToolSpec``. ``targets``
+        names bridges (``"mcp"``, ``"openai_agents"``, ``"temporal"``; another name is a
+        ``ToolUsageError``). A parameter without a type annotation accepts any JSON value:
+        allowed, with an ``UnannotatedToolWarning``.
         """
 
-        def register(func: Callable[..., Any]) -> ToolSpec:
+        def register(func: Callable[..., Any], *, stacklevel: int = 2) -> ToolSpec:
             tool_name = name or func.__name__
             struct, untyped = _signature_struct(func, tool_name)
+            # Before _build registers it: with warnings as errors, nothing is registered.
+            _warn_unannotated(tool_name, func, stacklevel + 1)
             spec = self._build(
                 tool_name,
                 description if description is not None else inspect.getdoc(func) or "",
@@ -307,7 +372,7 @@ class Registry:
             return spec
 
         if fn is not None:
-            return register(fn)
+            return register(fn, stacklevel=3)  # (bare: the user's line is one frame further)
         return register
 
     def add_schema_tool(
@@ -429,12 +494,12 @@ class Registry:
             fn=fn,
             json_schema=schema,
             confirm=confirm,
-            targets=tuple(targets) if targets is not None else None,
+            targets=check_targets(name, targets),
             timeout=timeout,
             cache=cache,
             effect=effect,
-            guards=tuple(guards),
-            output_guards=tuple(output_guards),
+            guards=check_guards(f"tool {name}: guards", guards, output=False),
+            output_guards=check_guards(f"tool {name}: output_guards", output_guards, output=True),
             redact=frozenset(redact),
             redact_result=redact_result,
             is_async=inspect.iscoroutinefunction(fn),

@@ -1,5 +1,7 @@
 """The ledger: event types, the store protocol, stores, the hash chain, replay and audit."""
 
+import typing
+
 from ._audit import (
     ApprovalRecord,
     Audit,
@@ -48,6 +50,12 @@ from ._events import (
 from ._export import export_line, parse_export_line
 from ._memory import MemoryLedger
 from ._protocol import LOCK_TIMEOUT_S, Ledger
+
+if typing.TYPE_CHECKING:
+    # Loaded lazily at run time (``__getattr__`` below); imported here for type checkers,
+    # which do not run ``__getattr__`` and would otherwise type SQLiteLedger as object.
+    # (``typing.``, not a name imported from it: the package's public names stay its own.)
+    from ._sqlite import SQLiteLedger
 
 __all__ = [
     "ApprovalAnswered",

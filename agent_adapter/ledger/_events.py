@@ -361,15 +361,13 @@ AnyEvent = Union[_ALL]  # type: ignore[valid-type]  # noqa: UP007
 
 #: Tags of the terminal events.
 OUTCOME_TAGS: frozenset[str] = frozenset(
-    str(cls.__struct_config__.tag)
-    for cls in _ALL
-    if issubclass(cls, _Outcome)  # type: ignore[misc]
+    str(cls.__struct_config__.tag) for cls in _ALL if issubclass(cls, _Outcome)
 )
 
 #: Every event tag this version knows. An event of a newer version's type reads back as
 #: ``unknown`` (``UnknownEvent``), so these are all the types a read can yield.
 EVENT_TAGS: frozenset[str] = frozenset(
-    str(cls.__struct_config__.tag)  # type: ignore[misc]
+    str(cls.__struct_config__.tag)
     for cls in _ALL
 )
 

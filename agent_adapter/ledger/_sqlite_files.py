@@ -205,8 +205,20 @@ def _probe(path: str, *, must_exist: bool = False, wait_s: float = 0.0) -> dict[
     Nothing is created or changed (-wal/-shm files included, see ``_connect_snapshot``),
     so a refused file is left exactly as it was. None for a missing or empty database.
     """
-    signature = _signature(path)
+    try:
+        signature = _signature(path)
+    except NotADirectoryError:  # a file where a directory of the path should be
+        signature = None
     if signature is None:
+        # SQLite's own words for this are "unable to open database file": say which part
+        # is missing. The file is created on first open, never its directory.
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise LedgerError(
+                f"ledger {path}: the directory {parent} {what} (a ledger file is created "
+                "on first open, its directory is not)"
+            )
         if must_exist:
             raise LedgerError(f"ledger {path}: no such file (a read-only ledger is never created)")
         return None
