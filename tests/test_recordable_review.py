@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -285,5 +286,6 @@ async def test_object_arguments_of_a_redacting_tool_are_not_recorded_in_clear() 
     ledger = MemoryLedger()
     with pytest.raises(AdapterError):
         await Executor(registry, ledger=ledger).call("charge", Args("4111111111111111", 5))
-    assert b"4111" not in b"".join(r.payload for r in ledger.records)
+    payloads = b"".join(r.payload for r in ledger.records)
+    assert re.search(rb"(?<![0-9a-f])4111111111111111(?![0-9a-f])", payloads) is None
     assert replay([e async for e in ledger.read()], await ledger.verify()).problems() == []
