@@ -366,10 +366,7 @@ OUTCOME_TAGS: frozenset[str] = frozenset(
 
 #: Every event tag this version knows. An event of a newer version's type reads back as
 #: ``unknown`` (``UnknownEvent``), so these are all the types a read can yield.
-EVENT_TAGS: frozenset[str] = frozenset(
-    str(cls.__struct_config__.tag)
-    for cls in _ALL
-)
+EVENT_TAGS: frozenset[str] = frozenset(str(cls.__struct_config__.tag) for cls in _ALL)
 
 
 def _unencodable(obj: Any) -> str:

@@ -60,6 +60,29 @@ class _Followed(Protocol):
     def _unfollow(self, follower: Follow) -> None: ...
 
 
+class Followers:
+    """The followers of one ledger object: the bookkeeping both stores share.
+
+    ``_follows`` is replaced whole, never changed in place, so a writer thread that reads
+    it sees one consistent tuple.
+    """
+
+    _follows: tuple[Follow, ...] = ()
+
+    def _add_follower(self, follower: Follow) -> Follow:
+        self._follows = (*self._follows, follower)
+        return follower
+
+    def _unfollow(self, follower: Follow) -> None:
+        self._follows = tuple(f for f in self._follows if f is not follower)
+
+    @property
+    def followed(self) -> bool:
+        """True while some executor follows this ledger object (it closes the ledger
+        when it closes only if this is False by then)."""
+        return bool(self._follows)
+
+
 class Follow:
     """One follower of one ledger object, as ``follow(apply, after)`` returns it.
 

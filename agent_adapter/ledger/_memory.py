@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from ..errors import LedgerError
 from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
 from ._events import EffectClaimed, Event, decode_event
-from ._follow import Follow, appending
+from ._follow import Follow, Followers, appending
 from ._recordable import PAYLOADS
 from ._recordable import payload as checked_payload
 
@@ -17,7 +17,7 @@ _log = logging.getLogger("agent_adapter.ledger")
 __all__ = ["MemoryLedger"]
 
 
-class MemoryLedger:
+class MemoryLedger(Followers):
     """Events in a list; lost with the process. For tests, demos and ephemeral agents.
 
     Appends are synchronous under the hood (no await between taking the last hash and
@@ -144,17 +144,7 @@ class MemoryLedger:
         follower = Follow(self, apply, after)
         for record in self._records[after:]:
             _hand(follower, _decoded(record))
-        self._follows = (*self._follows, follower)
-        return follower
-
-    def _unfollow(self, follower: Follow) -> None:
-        self._follows = tuple(f for f in self._follows if f is not follower)
-
-    @property
-    def followed(self) -> bool:
-        """True while some executor follows this ledger object (it closes the ledger
-        when it closes only if this is False by then)."""
-        return bool(self._follows)
+        return self._add_follower(follower)
 
     async def catch_up(self) -> None:
         """Nothing to wait for: every append hands its events to the followers before it

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import LedgerError
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
-from ._follow import Follow, appending
+from ._follow import Follow, Followers, appending
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _FORMAT,
@@ -59,7 +59,7 @@ _READ_PAGE = 2048
 _log = logging.getLogger("agent_adapter.ledger")
 
 
-class SQLiteLedger:
+class SQLiteLedger(Followers):
     """A ledger in one SQLite file (WAL mode), shared safely by several processes.
 
     ``SQLiteLedger(path, *, synchronous="FULL", key=None, busy_timeout_s=30.0,
@@ -316,17 +316,7 @@ class SQLiteLedger:
         ``close()`` on the returned ``Follow`` ends it (``Executor.close`` does).
         """
         follower = Follow(self, apply, after, asyncio.get_running_loop())
-        self._follows = (*self._follows, follower)
-        return follower
-
-    def _unfollow(self, follower: Follow) -> None:
-        self._follows = tuple(f for f in self._follows if f is not follower)
-
-    @property
-    def followed(self) -> bool:
-        """True while some executor follows this ledger object (it closes the ledger
-        when it closes only if this is False by then)."""
-        return bool(self._follows)
+        return self._add_follower(follower)
 
     async def catch_up(self) -> None:
         """Hand every follower of this object what others committed until now.
