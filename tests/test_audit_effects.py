@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from agent_adapter.ledger import (
     CallFailed,
     CallSucceeded,
     CallTimedOut,
+    EffectClaimed,
     EffectRecord,
     EffectResolution,
     Event,
@@ -82,6 +85,12 @@ class Store:
     def ledger(self) -> Any:
         """A ledger object on this store."""
         return self._memory if self.kind == "memory" else SQLiteLedger(self.path)
+
+
+def claimed(events: list[Event]) -> EffectClaimed:
+    """The one ``effect.claimed`` among ``events``."""
+    (claim,) = [e for e in events if isinstance(e, EffectClaimed)]
+    return claim
 
 
 async def run_outcome(store: Store, how: str) -> list[Event] | None:
@@ -188,7 +197,14 @@ async def test_each_outcome_resolved_or_not(
         outcome=outcome,
         status=status,
         resolution=resolution,
+        # The claim names its holder (the executor that ran the call, in this process)
+        # and its lease: lease_s (30 s) past the injected clock.
+        holder=claimed(events).holder,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        lease_until=1_030.0,
     )
+    assert len(expected_effect.holder) == 12
     problems = []
     if status == "ambiguous":
         problems = [
@@ -211,7 +227,7 @@ async def test_each_outcome_resolved_or_not(
     assert replay(events).problems() == problems
     # A restarted executor holds the key exactly as the audit reports it.
     async with await Executor.open(Tools().registry, ledger=store.ledger()) as executor:
-        projected = {k: s.status for k, s in executor.state.effects.items()}
+        projected = {k: executor.effect_status(k) for k in executor.state.effects}
     assert projected == ({} if status == "free" else {KEY: status})
     if kind == "sqlite":
         argv = ["--no-color", "ledger", "audit", "--db", str(store.path)]
@@ -278,7 +294,14 @@ async def test_cli_audit_shows_each_key_with_its_status(
             "pay:B2",
             "free",
             "c2",
-            {"outcome": "failed", "reviewer": "bob", "reason": "no charge", "seq": 17},
+            {
+                "outcome": "failed",
+                "reviewer": "bob",
+                "reason": "no charge",
+                "seq": 17,
+                "forced": False,
+                "in_flight": False,
+            },
         ),
         ("pay:C3", "ambiguous", "c3", None),
     ]

@@ -4,6 +4,7 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from hashlib import sha256
@@ -24,6 +25,7 @@ from ..ledger._events import (
     CallSucceeded,
     CallTimedOut,
     EffectClaimed,
+    EffectRenewed,
     Event,
 )
 from ..ledger._follow import EffectTaken
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from ._executor import Executor
 
 __all__: list[str] = []
+
+_log = logging.getLogger("agent_adapter")
 
 _CLAIM_EVENTS = (EffectClaimed, CallStarted)
 _CONTAINERS = (dict, list)
@@ -124,6 +128,65 @@ async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
                 stage[0] = "abandoned"
                 release()
         raise
+
+
+class _Lease:
+    """Keeps one running call's effect claim in flight: every third of ``lease_s`` while
+    the body runs, one ``effect.renewed`` pushes the lease on by ``lease_s``.
+
+    Only a timer until its first period ends, so a call that finishes within it appends
+    nothing more and costs one timer. ``stop`` waits for a renewal being written, so
+    that no renewal of the call lands after its outcome.
+    """
+
+    __slots__ = ("_executor", "_handle", "_key", "_run", "_stopped", "_task")
+
+    def __init__(self, executor: Executor, run: _Run, key: str) -> None:
+        self._executor = executor
+        self._run = run
+        self._key = key
+        self._stopped = False
+        self._task: asyncio.Task[None] | None = None
+        self._handle = asyncio.get_running_loop().call_later(executor.lease_s / 3, self._fire)
+
+    def _fire(self) -> None:
+        if not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._renew())
+
+    async def _renew(self) -> None:
+        executor, ctx = self._executor, self._run.ctx
+        try:
+            await executor._record(
+                [
+                    EffectRenewed(
+                        ts=executor._clock(),
+                        run_id=ctx.run_id,
+                        call_id=ctx.call_id,
+                        tool=self._run.spec.name,
+                        key=self._key,
+                        lease_until=executor._clock() + executor.lease_s,
+                    )
+                ]
+            )
+        except Exception as exc:
+            # The body runs on: a lease that lapses makes the key ambiguous to others
+            # (never free), so the effect still cannot run twice without an operator.
+            _log.warning("effect %s: its lease could not be renewed: %s", self._key, exc)
+        if not self._stopped:
+            self._handle = asyncio.get_running_loop().call_later(executor.lease_s / 3, self._fire)
+
+    async def stop(self) -> None:
+        """Stop renewing; returns once no renewal of this call is being written."""
+        self._stopped = True
+        self._handle.cancel()
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait((task,))
+
+
+def _lease(self: Executor, run: _Run, key: str) -> _Lease:
+    """Start renewing ``key``'s lease while ``run``'s body runs (``effect.renewed``)."""
+    return _Lease(self, run, key)
 
 
 def _rollback(self: Executor, run: _Run) -> None:
@@ -267,13 +330,19 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         # exactly the digested arguments, in a copy nobody else holds, or does not run.
         call = self._unchanged(run, call, fresh=True)
     run.reached_body = True
+    # The holder is alive while its body runs: its lease says so to every other reader.
+    lease = self._lease(run, effect_key) if effect_key is not None else None
     try:
-        if spec.timeout is not None:
-            result = await self._timed(run, call)
-        elif spec.is_async:
-            result = await spec.fn(**call.args)
-        else:
-            result = await self._in_thread(spec.fn, call)
+        try:
+            if spec.timeout is not None:
+                result = await self._timed(run, call)
+            elif spec.is_async:
+                result = await spec.fn(**call.args)
+            else:
+                result = await self._in_thread(spec.fn, call)
+        finally:
+            if lease is not None:
+                await lease.stop()
     except _Stop:
         raise
     except AdapterError as exc:
