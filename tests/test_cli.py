@@ -1033,8 +1033,7 @@ def test_effects_list_shows_the_ambiguous_key(
     assert [json.loads(line) for line in out.splitlines()] == [
         {"key": "refund:A1", "status": "committed", "run_id": "r1", "call_id": "c2"}
         | holders["c2"],
-        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"}
-        | holders["c4"],
+        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"} | holders["c4"],
     ]
 
 

@@ -306,8 +306,9 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
                 "run_id": s.run_id,
                 "call_id": s.call_id,
             }
-            if s.lease_until:
-                record.update(holder=s.holder, pid=s.pid, host=s.host, lease_until=s.lease_until)
+            # Every record has the same keys, those of the audit's effect keys: a claim an
+            # older version wrote has no holder ("", 0) and no lease (0.0).
+            record.update(holder=s.holder, pid=s.pid, host=s.host, lease_until=s.lease_until)
             print(json_text(record), file=out)
         return 0
     if not effects:
