@@ -138,7 +138,10 @@ WHY = {
     "tool-failed": "failed with tool-failed (an exception, not a ToolError) after its body started",
     "timeout": "timed out after its body started",
     "cancelled": "was cancelled after its body started",
-    "died": "started and has no outcome (the process died, or it is still running)",
+    # (The holder's id and its pid and host are filled in from the claim.)
+    "died": "started and has no outcome: its holder, executor {holder} (pid {pid} on host "
+    "{host}), leased the key until 1970-01-01 00:17:10 UTC; until then it may still be "
+    "running, after that its process died",
 }
 CASES = [(how, None) for how in OUTCOMES] + [
     (how, resolved) for how in WHY for resolved in ("failed", "committed")
@@ -210,7 +213,11 @@ async def test_each_outcome_resolved_or_not(
         problems = [
             Problem(
                 kind="ambiguous",
-                message=f"effect {KEY}: call c (pay) {WHY[how]}; the effect may or may not "
+                message=f"effect {KEY}: call c (pay) "
+                + WHY[how].format(
+                    holder=expected_effect.holder, pid=os.getpid(), host=socket.gethostname()
+                )
+                + "; the effect may or may not "
                 "have happened, and no effect.resolved says which",
                 run_id="r",
                 call_id="c",

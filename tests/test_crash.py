@@ -113,12 +113,17 @@ async def test_kill_during_effect_body_leaves_an_ambiguous_call(
         "effect.claimed",
         "call.started",
     ]
+    claim = events[2]
+    assert isinstance(claim, EffectClaimed)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(claim.lease_until))
     assert replay(events, verification).problems() == [
         Problem(
             kind="ambiguous",
-            message="effect charge:A1: call c1 (charge) started and has no outcome (the "
-            "process died, or it is still running); the effect may or may not have happened, "
-            "and no effect.resolved says which",
+            message="effect charge:A1: call c1 (charge) started and has no outcome: its "
+            f"holder, executor {claim.holder} (pid {claim.pid} on host {claim.host}), leased "
+            f"the key until {until}; until then it may still be running, after that its "
+            "process died; the effect may or may not have happened, and no effect.resolved "
+            "says which",
             run_id="r1",
             call_id="c1",
             seq=1,

@@ -20,6 +20,7 @@ from agent_adapter.ledger import (
     CallStarted,
     EffectClaimed,
     EffectRenewed,
+    EffectResolved,
     MemoryLedger,
     Problem,
     SQLiteLedger,
@@ -150,7 +151,8 @@ async def test_a_forced_resolution_of_a_live_key_is_an_audit_problem() -> None:
                 "effect refund:o1: resolved as failed forced past the lease by ops (seq 5) "
                 f"while call c (refund) was in flight: its holder, executor "
                 f"{executor.executor_id} (pid {os.getpid()} on host {events[2].host}), held "  # type: ignore[attr-defined]
-                "a lease until 1030.000; its body may have been running, so the effect may "
+                "a lease until 1970-01-01 00:17:10 UTC; its body may have been running, so the "
+                "effect may "
                 "have run twice"
             ),
             run_id="r",
@@ -159,6 +161,50 @@ async def test_a_forced_resolution_of_a_live_key_is_an_audit_problem() -> None:
             key="refund:o1",
         )
     ]
+
+
+async def test_the_cli_resolves_a_live_key_only_with_force_and_the_audit_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`effects resolve --failed` refuses a key whose holder runs now, saying why and never
+    advising to resolve it; `--force` records it as forced, and `ledger audit` then fails
+    with resolved-in-flight."""
+    db = tmp_path / "ledger.db"
+    gate, entered = asyncio.Event(), asyncio.Event()
+    registry = Registry()
+
+    @registry.tool(effect="refund:{order_id}")
+    async def refund(order_id: str) -> str:
+        entered.set()
+        await gate.wait()
+        return "refunded"
+
+    argv = ["--no-color", "effects", "resolve", "refund:o1", "--failed", "--reviewer", "ops"]
+    async with await Executor.open(registry, ledger=SQLiteLedger(db)) as executor:
+        first = asyncio.create_task(
+            executor.call("refund", {"order_id": "o1"}, run_id="r", call_id="c")
+        )
+        await entered.wait()
+        capsys.readouterr()
+        refused = await asyncio.to_thread(main, [*argv, "--db", str(db)])
+        err = capsys.readouterr().err
+        assert (refused, err.count("\n")) == (1, 1)
+        assert "is in flight, not ambiguous" in err and executor.executor_id in err
+        forced = await asyncio.to_thread(main, [*argv, "--force", "--db", str(db)])
+        capsys.readouterr()
+        gate.set()
+        assert await first == "refunded"
+    async with SQLiteLedger(db, readonly=True) as ledger:
+        [resolved] = [e async for e in ledger.read() if isinstance(e, EffectResolved)]
+    assert (forced, resolved.outcome, resolved.forced, resolved.reviewer) == (
+        0,
+        "failed",
+        True,
+        "ops",
+    )
+    audited = await asyncio.to_thread(main, ["--no-color", "ledger", "audit", "--db", str(db)])
+    out = capsys.readouterr().out
+    assert (audited, out.count("resolved-in-flight (seq")) == (1, 1)
 
 
 async def test_the_holder_renews_its_lease_while_the_body_runs() -> None:
@@ -183,7 +229,7 @@ async def test_the_holder_renews_its_lease_while_the_body_runs() -> None:
     async for event in events:  # gated by the event itself, not by sleeping
         if isinstance(event, EffectRenewed):
             break
-    assert (event.key, event.call_id, event.lease_until) == ("refund:o1", "c", event.ts + 1 + 0.03)
+    assert (event.key, event.call_id, event.lease_until) == ("refund:o1", "c", event.ts + 0.03)
     assert executor.state.effects["refund:o1"].lease_until == event.lease_until
     gate.set()
     assert await first == "refunded"

@@ -290,7 +290,7 @@ async def _executor(args: argparse.Namespace, *, write: bool) -> AsyncIterator[A
 async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
     """Ambiguous effect keys, and keys in flight with their holder and lease (or, with
     ``--all``, every key and its status)."""
-    from ..engine._effects import lease_text
+    from ..ledger._effect_keys import lease_text
 
     async with _executor(args, write=False) as executor:
         effects = []

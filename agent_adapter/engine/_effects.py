@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmbiguousEffect, DuplicateEffect, EffectInFlight, ToolUsageError
-from ..ledger._effect_keys import AMBIGUOUS, IN_FLIGHT
+from ..ledger._effect_keys import AMBIGUOUS, IN_FLIGHT, lease_text
 from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
 from ..ledger._recordable import text
 from ._context import Call
@@ -27,11 +26,6 @@ __all__ = [
     "lease_text",
     "resolve_effect",
 ]
-
-
-def lease_text(lease_until: float) -> str:
-    """``lease_until`` as UTC clock time, for messages."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease_until))
 
 
 def _in_flight_reason(key: str, state: EffectState) -> str:

@@ -118,7 +118,6 @@ class Executor:
     ambiguous_effects = _effects.ambiguous_effects
     in_flight_effects = _effects.in_flight_effects
     effect_status = _effects.effect_status
-    _lease = _executing._lease
     _repeat = _replaying._repeat
     _replayed_value = _replaying._replayed_value
     _recorded_error = staticmethod(_replaying._recorded_error)
@@ -156,6 +155,7 @@ class Executor:
         self.executor_id = uuid.uuid4().hex[:12]
         self._pid = os.getpid()
         self._host = socket.gethostname()
+        self._leases = _executing.Leases(self)
         self.registry = registry if registry is not None else Registry()
         self.remember = remember
         # Runs being recalled from the ledger: their waiters, and other writers' events
@@ -301,6 +301,7 @@ class Executor:
             return
         self._closed = True
         self._started = False  # the next call asks start(), which refuses
+        self._leases.close()
         follower = self._follower
         if follower is not None:
             follower.close()

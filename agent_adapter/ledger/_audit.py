@@ -32,6 +32,7 @@ from ._effect_keys import (
     AMBIGUOUS,
     DEFAULT_SKEW_MARGIN_S,
     lease_live,
+    lease_text,
     status_after_outcome,
     status_after_resolve,
 )
@@ -222,7 +223,7 @@ class Audit(msgspec.Struct, kw_only=True):
                             f"{resolution.reviewer} (seq {resolution.seq}) while call "
                             f"{record.call_id} ({record.tool}) was in flight: its holder, "
                             f"executor {effect.holder} (pid {effect.pid} on host "
-                            f"{effect.host}), held a lease until {effect.lease_until:.3f}; "
+                            f"{effect.host}), held a lease until {lease_text(effect.lease_until)}; "
                             "its body may have been running, so the effect may have run "
                             "twice"
                         ),
@@ -291,6 +292,16 @@ def _why_ambiguous(record: CallRecord) -> str:
     """What left the call's key ambiguous, for the problem's message."""
     outcome = record.effect.outcome if record.effect is not None else None
     if outcome is None:
+        if record.started and record.effect is not None and record.effect.lease_until:
+            # The audit has no clock of its own: it names the lease, and the reader's
+            # clock tells which (`effects list` does: in flight, or ambiguous).
+            effect = record.effect
+            return (
+                "started and has no outcome: its holder, executor "
+                f"{effect.holder} (pid {effect.pid} on host {effect.host}), leased the key "
+                f"until {lease_text(effect.lease_until)}; until then it may still be "
+                "running, after that its process died"
+            )
         if record.started:
             return "started and has no outcome (the process died, or it is still running)"
         return "claimed it and has no outcome"

@@ -29,6 +29,8 @@ audit reports, and one that an operator resolved is reported by neither.
 
 from __future__ import annotations
 
+import time
+
 from ._events import CallBlocked, CallFailed, CallSucceeded, EffectResolved, Event
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "FREE",
     "IN_FLIGHT",
     "lease_live",
+    "lease_text",
     "status_after_outcome",
     "status_after_resolve",
 ]
@@ -53,6 +56,11 @@ DEFAULT_LEASE_S = 30.0
 #: How far past ``lease_until`` (the holder's clock) a reader still takes the holder
 #: for alive: the clock skew between hosts (NTP keeps it far below) plus a late renewal.
 DEFAULT_SKEW_MARGIN_S = 5.0
+
+
+def lease_text(lease_until: float) -> str:
+    """``lease_until`` as UTC clock time, for messages."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease_until))
 
 
 def lease_live(lease_until: float, now: float, margin_s: float = DEFAULT_SKEW_MARGIN_S) -> bool:
