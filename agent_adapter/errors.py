@@ -16,6 +16,7 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalPending",
     "DuplicateEffect",
+    "EffectInFlight",
     "GuardrailBlocked",
     "IntegrationError",
     "LedgerError",
@@ -147,6 +148,35 @@ class AmbiguousEffect(AdapterError):
         self.key = key
 
 
+class EffectInFlight(AmbiguousEffect):
+    """The call's effect key is held by a live call (its holder's lease is live): the
+    tool did not run; retry once that call has finished. Never resolve such a key: its
+    body may be running now.
+
+    A kind of ``AmbiguousEffect`` (the key's outcome is not known yet), so code that
+    catches that keeps refusing to run the effect twice; ``holder``, ``pid``, ``host``
+    and ``lease_until`` name the live holder.
+    """
+
+    kind = "effect-in-flight"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        key: str = "",
+        holder: str = "",
+        pid: int = 0,
+        host: str = "",
+        lease_until: float = 0.0,
+    ) -> None:
+        super().__init__(message, key=key)
+        self.holder = holder
+        self.pid = pid
+        self.host = host
+        self.lease_until = lease_until
+
+
 class ToolUsageError(AdapterError):
     """A programming error: an unknown tool, a duplicate name, a misused API."""
 
@@ -199,6 +229,7 @@ _BY_KIND: dict[str, type[AdapterError]] = {
         ToolFailed,
         DuplicateEffect,
         AmbiguousEffect,
+        EffectInFlight,
         ToolUsageError,
         IntegrationError,
         LedgerError,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from agent_adapter.ledger import (
     CallFailed,
     CallSucceeded,
     CallTimedOut,
+    EffectClaimed,
     EffectRecord,
     EffectResolution,
     Event,
@@ -84,6 +87,12 @@ class Store:
         return self._memory if self.kind == "memory" else SQLiteLedger(self.path)
 
 
+def claimed(events: list[Event]) -> EffectClaimed:
+    """The one ``effect.claimed`` among ``events``."""
+    (claim,) = [e for e in events if isinstance(e, EffectClaimed)]
+    return claim
+
+
 async def run_outcome(store: Store, how: str) -> list[Event] | None:
     """Run one ``pay`` call that ends as ``how`` says. For ``died``, the events a killed
     process leaves (read while the body runs) are returned instead, for a new ledger."""
@@ -129,7 +138,10 @@ WHY = {
     "tool-failed": "failed with tool-failed (an exception, not a ToolError) after its body started",
     "timeout": "timed out after its body started",
     "cancelled": "was cancelled after its body started",
-    "died": "started and has no outcome (the process died, or it is still running)",
+    # (The holder's id and its pid and host are filled in from the claim.)
+    "died": "started and has no outcome: its holder, executor {holder} (pid {pid} on host "
+    "{host}), leased the key until 1970-01-01 00:17:10 UTC; until then it may still be "
+    "running, after that its process died",
 }
 CASES = [(how, None) for how in OUTCOMES] + [
     (how, resolved) for how in WHY for resolved in ("failed", "committed")
@@ -188,13 +200,24 @@ async def test_each_outcome_resolved_or_not(
         outcome=outcome,
         status=status,
         resolution=resolution,
+        # The claim names its holder (the executor that ran the call, in this process)
+        # and its lease: lease_s (30 s) past the injected clock.
+        holder=claimed(events).holder,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        lease_until=1_030.0,
     )
+    assert len(expected_effect.holder) == 12
     problems = []
     if status == "ambiguous":
         problems = [
             Problem(
                 kind="ambiguous",
-                message=f"effect {KEY}: call c (pay) {WHY[how]}; the effect may or may not "
+                message=f"effect {KEY}: call c (pay) "
+                + WHY[how].format(
+                    holder=expected_effect.holder, pid=os.getpid(), host=socket.gethostname()
+                )
+                + "; the effect may or may not "
                 "have happened, and no effect.resolved says which",
                 run_id="r",
                 call_id="c",
@@ -211,7 +234,7 @@ async def test_each_outcome_resolved_or_not(
     assert replay(events).problems() == problems
     # A restarted executor holds the key exactly as the audit reports it.
     async with await Executor.open(Tools().registry, ledger=store.ledger()) as executor:
-        projected = {k: s.status for k, s in executor.state.effects.items()}
+        projected = {k: executor.effect_status(k) for k in executor.state.effects}
     assert projected == ({} if status == "free" else {KEY: status})
     if kind == "sqlite":
         argv = ["--no-color", "ledger", "audit", "--db", str(store.path)]
@@ -278,7 +301,14 @@ async def test_cli_audit_shows_each_key_with_its_status(
             "pay:B2",
             "free",
             "c2",
-            {"outcome": "failed", "reviewer": "bob", "reason": "no charge", "seq": 17},
+            {
+                "outcome": "failed",
+                "reviewer": "bob",
+                "reason": "no charge",
+                "seq": 17,
+                "forced": False,
+                "in_flight": False,
+            },
         ),
         ("pay:C3", "ambiguous", "c3", None),
     ]

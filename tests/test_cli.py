@@ -116,6 +116,17 @@ async def read_events(path: Path, key: bytes | None = None) -> list[Event]:
         await ledger.close()
 
 
+def holder_fields(claim: Any) -> dict[str, Any]:
+    """A claim's holder and lease, as the audit and `effects list --json` show them."""
+    assert claim.holder and claim.pid and claim.host and claim.lease_until > claim.ts
+    return {
+        "holder": claim.holder,
+        "pid": claim.pid,
+        "host": claim.host,
+        "lease_until": claim.lease_until,
+    }
+
+
 class Built:
     """A ledger file written by ``build``, with its events and its open request id."""
 
@@ -541,6 +552,7 @@ def test_audit_json_report(built: Built, capsys: pytest.CaptureFixture[str]) -> 
         ("c5", "call.pending", None),
     ]
     digests = {e.call_id: e.digest for e in built.events if e.type == "call.validated"}
+    holders = {e.call_id: holder_fields(e) for e in built.events if e.type == "effect.claimed"}
     assert report["effects"] == [
         {
             "key": "refund:A1",
@@ -552,6 +564,7 @@ def test_audit_json_report(built: Built, capsys: pytest.CaptureFixture[str]) -> 
             "outcome": "call.succeeded",
             "status": "committed",
             "resolution": None,
+            **holders["c2"],
         },
         {
             "key": "ship:A1",
@@ -563,6 +576,7 @@ def test_audit_json_report(built: Built, capsys: pytest.CaptureFixture[str]) -> 
             "outcome": "call.timed_out",
             "status": "ambiguous",
             "resolution": None,
+            **holders["c4"],
         },
     ]
     assert report["chain"] == {"ok": True, "checked": 26, "first_bad_seq": None, "reason": ""}
@@ -1011,13 +1025,15 @@ def test_effects_list_shows_the_ambiguous_key(
     code, out, err = run_main(capsys, "effects", "list", "--db", built.db)
     assert (code, err) == (0, "")
     assert [columns(line) for line in out.splitlines()] == [
-        ["key", "status", "run", "call"],
+        ["key", "status", "run", "call", "holder"],
         ["ship:A1", "ambiguous", "r1", "c4"],
     ]
     code, out, _ = run_main(capsys, "effects", "list", "--db", built.db, "--all", "--json")
+    holders = {e.call_id: holder_fields(e) for e in built.events if e.type == "effect.claimed"}
     assert [json.loads(line) for line in out.splitlines()] == [
-        {"key": "refund:A1", "status": "committed", "run_id": "r1", "call_id": "c2"},
-        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"},
+        {"key": "refund:A1", "status": "committed", "run_id": "r1", "call_id": "c2"}
+        | holders["c2"],
+        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"} | holders["c4"],
     ]
 
 

@@ -21,6 +21,7 @@ from test_cli import KEY, Built, build, cli, columns, read_events, run_main, tam
 
 from agent_adapter.cli import build_parser, main
 from agent_adapter.ledger import SQLiteLedger
+from agent_adapter.ledger._events import EffectClaimed
 
 GLOBAL_OPTIONS = ("--log-format", "--log-level", "--no-color", "--lock-timeout")
 
@@ -248,13 +249,25 @@ def test_json_single_results_are_one_compact_object(
 def test_effects_list_json_values(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
     """`effects list --all --json`: one object per key, whole values."""
     code, out, _ = run_main(capsys, "effects", "list", "--all", "--json", "--db", built.db)
+    claims = {e.key: e for e in built.events if isinstance(e, EffectClaimed)}
+
+    def holder(key: str) -> str:
+        c = claims[key]
+        return (
+            f'"holder":"{c.holder}","pid":{c.pid},"host":"{c.host}",'
+            f'"lease_until":{c.lease_until!r}}}'
+        )
+
     assert (code, out.splitlines()) == (
         0,
         [
-            '{"key":"refund:A1","status":"committed","run_id":"r1","call_id":"c2"}',
-            '{"key":"ship:A1","status":"ambiguous","run_id":"r1","call_id":"c4"}',
+            '{"key":"refund:A1","status":"committed","run_id":"r1","call_id":"c2",'
+            + holder("refund:A1"),
+            '{"key":"ship:A1","status":"ambiguous","run_id":"r1","call_id":"c4",'
+            + holder("ship:A1"),
         ],
     )
+    assert claims["refund:A1"].holder and claims["refund:A1"].lease_until > 0
 
 
 # -- show and tail: one layout ---------------------------------------------------------

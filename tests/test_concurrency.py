@@ -73,7 +73,8 @@ async def test_500_concurrent_calls(clock: Any) -> None:
 
 
 async def test_concurrent_claims_of_one_effect_key(clock: Any) -> None:
-    """Of 50 concurrent calls for one effect key, exactly one runs; the rest are ambiguous."""
+    """Of 50 concurrent calls for one effect key, exactly one runs; the rest are told the
+    key is in flight (its holder is alive), a kind of AmbiguousEffect."""
     gate = Gate(1)
     registry = Registry()
     ran = []
@@ -94,7 +95,7 @@ async def test_concurrent_claims_of_one_effect_key(clock: Any) -> None:
     gate.release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     kinds = Counter(type(r).__name__ for r in results)
-    assert (len(ran), kinds) == (1, Counter({"int": 1, "AmbiguousEffect": 49}))
+    assert (len(ran), kinds) == (1, Counter({"int": 1, "EffectInFlight": 49}))
     assert all(isinstance(r, int | AmbiguousEffect) for r in results)
     await assert_one_outcome_each(ledger)
 

@@ -3,27 +3,48 @@
 from __future__ import annotations
 
 import ast
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import _ledger_worker as worker
+import msgspec
 import pytest
 from _child import Child
 
 from agent_adapter import Executor
-from agent_adapter.errors import AmbiguousEffect, DuplicateEffect
+from agent_adapter.errors import AmbiguousEffect, DuplicateEffect, ToolUsageError
 from agent_adapter.ledger import (
     CallAmbiguous,
     CallDuplicate,
+    EffectClaimed,
     EffectRecord,
     EffectResolution,
     EffectResolved,
+    Event,
     MemoryLedger,
     Problem,
     SQLiteLedger,
     Verification,
     replay,
 )
+
+
+def later() -> float:
+    """The reader's clock an hour on: a killed holder's 30 s lease has expired by then."""
+    return time.time() + 3_600.0
+
+
+def without_holders(events: list[Event]) -> list[Event]:
+    """``events`` with each claim's holder (a random executor id, the writer's pid) and
+    the chain fields (which cover them) blanked, for comparing two runs' ledgers."""
+    out: list[Event] = []
+    for e in events:
+        if isinstance(e, EffectClaimed):
+            assert e.holder and e.pid and e.host and e.lease_until == e.ts + 30.0
+            e = msgspec.structs.replace(e, holder="", pid=0)
+        out.append(msgspec.structs.replace(e, prev="", hash=""))
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -92,19 +113,35 @@ async def test_kill_during_effect_body_leaves_an_ambiguous_call(
         "effect.claimed",
         "call.started",
     ]
+    claim = events[2]
+    assert isinstance(claim, EffectClaimed)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(claim.lease_until))
     assert replay(events, verification).problems() == [
         Problem(
             kind="ambiguous",
-            message="effect charge:A1: call c1 (charge) started and has no outcome (the "
-            "process died, or it is still running); the effect may or may not have happened, "
-            "and no effect.resolved says which",
+            message="effect charge:A1: call c1 (charge) started and has no outcome: its "
+            f"holder, executor {claim.holder} (pid {claim.pid} on host {claim.host}), leased "
+            f"the key until {until}; until then it may still be running, after that its "
+            "process died; the effect may or may not have happened, and no effect.resolved "
+            "says which",
             run_id="r1",
             call_id="c1",
             seq=1,
             key="charge:A1",
         )
     ]
+    # Read at once, the killed holder's lease is still live: in flight, not resolvable.
     async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+        assert (executor.ambiguous_effects(), list(executor.in_flight_effects())) == (
+            {},
+            ["charge:A1"],
+        )
+        with pytest.raises(ToolUsageError, match="is in flight, not ambiguous"):
+            await executor.resolve_effect("charge:A1", outcome="failed", reviewer="ops")
+    # Once its lease has expired (the reader's clock an hour on), the key is ambiguous.
+    async with await Executor.open(
+        worker.build_registry(), ledger=SQLiteLedger(path), clock=later
+    ) as executor:
         assert executor.ambiguous_effects() == {"charge:A1": ("r1", "c1")}
         with pytest.raises(AmbiguousEffect) as caught:
             await executor.call("charge", {"order_id": "A1"}, run_id="r2", call_id="c2")
@@ -125,7 +162,9 @@ async def test_resolving_an_ambiguous_effect(
     """resolve_effect is recorded; "failed" frees the key, "committed" makes it a duplicate."""
     path = tmp_path / "l.db"
     await kill_during_effect(path)
-    async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+    async with await Executor.open(
+        worker.build_registry(), ledger=SQLiteLedger(path), clock=later
+    ) as executor:
         await executor.resolve_effect(
             "charge:A1", outcome=outcome, reviewer="ops", reason="checked the PSP"
         )
@@ -145,7 +184,9 @@ async def test_resolving_an_ambiguous_effect(
     # The resolution is in the file: a new executor (a restart) sees it too, and the audit
     # reports the key as resolved, the killed call as neither ambiguous nor unfinished.
     async with SQLiteLedger(path) as ledger:
-        audit = replay([e async for e in ledger.read()], await ledger.verify())
+        events = [e async for e in ledger.read()]
+        audit = replay(events, await ledger.verify())
+    [claim] = [e for e in events if isinstance(e, EffectClaimed)]
     assert (audit.problems(), audit.effects) == (
         [],
         {
@@ -161,10 +202,16 @@ async def test_resolving_an_ambiguous_effect(
                 resolution=EffectResolution(
                     outcome=outcome, reviewer="ops", reason="checked the PSP", seq=5
                 ),
+                holder=claim.holder,
+                pid=claim.pid,
+                host=claim.host,
+                lease_until=claim.lease_until,
             )
         },
     )
-    async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
+    async with await Executor.open(
+        worker.build_registry(), ledger=SQLiteLedger(path), clock=later
+    ) as executor:
         assert executor.ambiguous_effects() == {}
         if outcome == "failed":
             value = await executor.call("charge", {"order_id": "A1"}, run_id="r3", call_id="c3")
@@ -221,4 +268,4 @@ async def test_restart_mid_run_continues_as_before(
         expected_b = await worker.run_steps(reference, clock, worker.PHASE_B)
         uninterrupted = [event async for event in reference.ledger.read()]
     assert (results_a, results_b) == (expected_a, expected_b)
-    assert restarted == uninterrupted
+    assert without_holders(restarted) == without_holders(uninterrupted)

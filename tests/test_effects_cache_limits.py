@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from agent_adapter.errors import (
     AmbiguousEffect,
     ApprovalDenied,
     DuplicateEffect,
+    EffectInFlight,
     GuardrailBlocked,
     RunLimitExceeded,
     ToolArgsInvalid,
@@ -110,6 +113,10 @@ async def test_committed_key_refuses_a_duplicate_with_the_same_args(clock: Any) 
             tool="refund",
             key="refund:A1",
             digest=d,
+            holder=t.executor.executor_id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            lease_until=1030.0,
         ),
         "refund:A1",
     )
@@ -203,19 +210,33 @@ async def test_cancel_after_start_makes_the_key_ambiguous(clock: Any) -> None:
     assert t.executor.ambiguous_effects() == {"refund:A1": ("r1", "c1")}
 
 
-async def test_key_claimed_by_a_running_call_is_ambiguous(clock: Any) -> None:
-    """While a call holding the key runs, another call for the key is refused as ambiguous,
-    with a message that does not suggest resolving the key (that would run it twice)."""
+async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:
+    """While a call holding the key runs, another call for the key is refused as in flight
+    (EffectInFlight, an AmbiguousEffect), naming the holder and its lease, with a message
+    that does not suggest resolving the key (that would run it twice)."""
     t = Refunds(clock)
     t.gate = asyncio.Event()
     first = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
-    with pytest.raises(AmbiguousEffect) as info:
+    with pytest.raises(EffectInFlight) as info:
         await t.run("c2")
+    ex = t.executor
     assert str(info.value) == (
-        "effect refund:A1 is claimed by call c1 (run r1), which has not finished (it may "
-        "still be running); it does not run twice: ask again once that call has finished"
+        f"effect refund:A1 is in flight: held by executor {ex.executor_id} (pid "
+        f"{os.getpid()} on host {socket.gethostname()}) for call c1 (run r1), lease until "
+        "1970-01-01 00:17:10 UTC; it does not run twice: retry later, once that call has "
+        "finished"
     )
+    assert "resolve" not in str(info.value)
+    assert (info.value.kind, info.value.holder, info.value.lease_until) == (
+        "effect-in-flight",
+        ex.executor_id,
+        1030.0,
+    )
+    assert isinstance(info.value, AmbiguousEffect)
+    assert (ex.ambiguous_effects(), list(ex.in_flight_effects())) == ({}, ["refund:A1"])
+    with pytest.raises(ToolUsageError, match="is in flight, not ambiguous"):
+        await ex.resolve_effect("refund:A1", outcome="failed", reviewer="ops")
     t.gate.set()
     assert await first == "refunded 5"
     assert t.ran == [("A1", 5)]

@@ -108,6 +108,7 @@ def test_errors_have_one_root_and_stable_kinds() -> None:
         "ToolFailed": "tool-failed",
         "DuplicateEffect": "duplicate-effect",
         "AmbiguousEffect": "ambiguous-effect",
+        "EffectInFlight": "effect-in-flight",
         "ToolUsageError": "tool-usage",
         "IntegrationError": "integration",
         "LedgerError": "ledger",

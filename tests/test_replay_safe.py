@@ -29,6 +29,7 @@ from agent_adapter.errors import (
     ApprovalDenied,
     ApprovalPending,
     DuplicateEffect,
+    EffectInFlight,
     GuardrailBlocked,
     RunLimitExceeded,
     ToolArgsInvalid,
@@ -288,10 +289,17 @@ async def test_repeat_after_a_restart(clock: Any) -> None:
     restarted = await Executor.open(w.registry, ledger=crashed, clock=clock)
     spec = w.registry.get("act")
     assert await restarted.run_spec(spec, {"key": "k"}, CallContext(run_id="r1", call_id="done"))
-    with pytest.raises(AmbiguousEffect):
+    # Until the dead holder's lease runs out its key is in flight, as if it were alive:
+    # a new call is told to retry later, and nothing offers to resolve it.
+    with pytest.raises(EffectInFlight):
+        await restarted.run_spec(spec, {"key": "z"}, CallContext(run_id="r1", call_id="early"))
+    assert restarted.ambiguous_effects() == {}
+    clock.advance(restarted.lease_s + restarted.skew_margin_s + 1)
+    with pytest.raises(AmbiguousEffect) as ambiguous:
         await restarted.run_spec(spec, {"key": "z"}, CallContext(run_id="r1", call_id="died"))
     with pytest.raises(AmbiguousEffect):
         await restarted.run_spec(spec, {"key": "z"}, CallContext(run_id="r1", call_id="new"))
+    assert not isinstance(ambiguous.value, EffectInFlight)
     assert restarted.ambiguous_effects() == {"do:z": ("r1", "died")}
     assert w.runs == 2
 

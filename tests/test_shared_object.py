@@ -11,6 +11,8 @@ each other's calls: both ran the same refund.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,11 +133,24 @@ def _head(run_id: str, call_id: str, args: Any = ARGS, tool: str = "refund") -> 
     return [CallRequested(**ids, args=args), CallValidated(**ids, digest=digest(args))]
 
 
-def _ran(run_id: str, call_id: str, result: str) -> list[Event]:
+def _claimed(holder: Executor, ids: dict[str, Any]) -> EffectClaimed:
+    """The claim ``holder`` writes: it names the executor and leases the key from now."""
+    return EffectClaimed(
+        **ids,
+        key="refund:o1",
+        digest=DIGEST,
+        holder=holder.executor_id,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        lease_until=1000.0 + holder.lease_s,
+    )
+
+
+def _ran(holder: Executor, run_id: str, call_id: str, result: str) -> list[Event]:
     ids = {"ts": 1000.0, "run_id": run_id, "call_id": call_id, "tool": "refund"}
     return [
         *_head(run_id, call_id),
-        EffectClaimed(**ids, key="refund:o1", digest=DIGEST),
+        _claimed(holder, ids),
         CallStarted(**ids, digest=DIGEST, effect_key="refund:o1"),
         CallSucceeded(**ids, duration_ms=0.0, result=result),
     ]
@@ -172,7 +187,7 @@ async def test_both_open_and_a_committed_key_is_a_duplicate_for_the_other(ledger
             same_args=False,
         ),
     ]
-    assert await _events(ledger, "a1") == _ran("ra", "a1", "refunded 5")
+    assert await _events(ledger, "a1") == _ran(a, "ra", "a1", "refunded 5")
     assert await _refused(ledger) == []  # B knew of A's claim: nothing to refuse
 
 
@@ -202,7 +217,9 @@ async def test_a_key_in_flight_in_one_is_ambiguous_for_the_other_then_a_duplicat
     ids = {"ts": 1000.0, "run_id": "rb", "call_id": "b1", "tool": "refund"}
     assert await _events(ledger, "b1") == [
         *_head("rb", "b1"),
-        CallAmbiguous(**ids, duration_ms=0.0, key="refund:o1", reason=str(running.value)),
+        CallAmbiguous(
+            **ids, duration_ms=0.0, key="refund:o1", reason=str(running.value), in_flight=True
+        ),
     ]
     assert [e.type for e in await _events(ledger, "b2")] == [
         "call.requested",
@@ -237,7 +254,7 @@ async def test_two_claims_of_one_key_in_one_group_commit_run_the_body_once(
         "call.validated",
         "call.ambiguous",
     ]
-    assert await _events(ledger, "a1") == _ran("ra", "a1", "refunded 5")
+    assert await _events(ledger, "a1") == _ran(a, "ra", "a1", "refunded 5")
     audit = replay([e async for e in ledger.read()])
     assert audit.problems() == []
 

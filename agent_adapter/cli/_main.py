@@ -434,7 +434,7 @@ def _effects_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     elist = leaf(
         actions,
         "list",
-        "ambiguous effect keys (--all: every key with its status)",
+        "ambiguous and in-flight effect keys (--all: every key with its status)",
         epilog=_epilog("effects list --db ledger.db", "effects list --db ledger.db --all --json"),
     )
     _add_db(elist)
@@ -464,6 +464,12 @@ def _effects_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     how.add_argument("--failed", action="store_true", help="the effect did not happen")
     resolve.add_argument("--reviewer", metavar="NAME", help="who decides (default: $USER)")
     resolve.add_argument("--reason", metavar="TEXT", help="why, recorded in the ledger")
+    resolve.add_argument(
+        "--force",
+        action="store_true",
+        help="resolve a key whose holder's lease is still live (only for a holder known to "
+        "be gone: its body may be running; recorded, and reported by the audit)",
+    )
     resolve.set_defaults(handler=cmd_effects_resolve)
 
 

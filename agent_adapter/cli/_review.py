@@ -288,39 +288,64 @@ async def _executor(args: argparse.Namespace, *, write: bool) -> AsyncIterator[A
 
 
 async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
-    """Ambiguous effect keys (or, with ``--all``, every key and its status)."""
+    """Ambiguous effect keys, and keys in flight with their holder and lease (or, with
+    ``--all``, every key and its status)."""
+    from ..ledger._effect_keys import lease_text
+
     async with _executor(args, write=False) as executor:
-        if args.all:
-            effects = {
-                k: (s.status, s.run_id, s.call_id) for k, s in executor.state.effects.items()
-            }
-        else:
-            effects = {k: ("ambiguous", r, c) for k, (r, c) in executor.ambiguous_effects().items()}
+        effects = []
+        for key, state in executor.state.effects.items():
+            status = executor.effect_status(key)
+            if args.all or status in ("ambiguous", "in flight", "claimed"):
+                effects.append((key, status, state))
     if args.json:
-        for key, (status, run_id, call_id) in effects.items():
-            record = {"key": key, "status": status, "run_id": run_id, "call_id": call_id}
+        for key, status, s in effects:
+            record: dict[str, Any] = {
+                "key": key,
+                "status": status,
+                "run_id": s.run_id,
+                "call_id": s.call_id,
+            }
+            # Every record has the same keys, those of the audit's effect keys: a claim an
+            # older version wrote has no holder ("", 0) and no lease (0.0).
+            record.update(holder=s.holder, pid=s.pid, host=s.host, lease_until=s.lease_until)
             print(json_text(record), file=out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)
         return 0
     style = args.style
-    rows = [
-        [key, style.paint(status, "yellow" if status == "ambiguous" else "green"), run, call]
-        for key, (status, run, call) in effects.items()
-    ]
-    for line in table(("key", "status", "run", "call"), rows, style):
+    colors = {"ambiguous": "yellow", "in flight": "cyan", "claimed": "cyan"}
+    rows = []
+    for key, status, s in effects:
+        # An in-flight key says who holds it and until when: its body may be running, so
+        # it is to wait for, never to resolve.
+        held = (
+            f"{s.holder_text()}, lease until {lease_text(s.lease_until)}"
+            if status == "in flight"
+            else ""
+        )
+        rows.append(
+            [key, style.paint(status, colors.get(status, "green")), s.run_id, s.call_id, held]
+        )
+    for line in table(("key", "status", "run", "call", "holder"), rows, style):
         print(line, file=out)
     return 0
 
 
 async def cmd_effects_resolve(args: argparse.Namespace, out: IO[str]) -> int:
-    """Resolve an ambiguous key: ``--committed`` (it happened) or ``--failed`` (it did not)."""
+    """Resolve an ambiguous key: ``--committed`` (it happened) or ``--failed`` (it did not).
+
+    A key in flight (its holder's lease is live) is refused unless ``--force``."""
     outcome = "committed" if args.committed else "failed"
     reviewer = _reviewer(args)
     async with _executor(args, write=True) as executor:
         await executor.resolve_effect(
-            args.key, outcome=outcome, reviewer=reviewer, reason=args.reason
+            args.key,
+            outcome=outcome,
+            reviewer=reviewer,
+            reason=args.reason,
+            force=bool(getattr(args, "force", False)),
         )
     meaning = "committed (later calls are refused)" if args.committed else "failed (key is free)"
     print(f"resolved effect {args.key} as {meaning} by {reviewer}", file=out)

@@ -4,16 +4,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AmbiguousEffect, DuplicateEffect, ToolUsageError
+from ..errors import AmbiguousEffect, DuplicateEffect, EffectInFlight, ToolUsageError
+from ..ledger._effect_keys import AMBIGUOUS, IN_FLIGHT, lease_text
 from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
 from ..ledger._recordable import text
 from ._context import Call
 from ._run import _Run, _Stop
+from ._state import EffectState
 
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_Stale", "_ambiguous", "_claim", "_render", "ambiguous_effects", "resolve_effect"]
+__all__ = [
+    "_Stale",
+    "_ambiguous",
+    "_claim",
+    "_render",
+    "ambiguous_effects",
+    "effect_status",
+    "in_flight_effects",
+    "lease_text",
+    "resolve_effect",
+]
+
+
+def _in_flight_reason(key: str, state: EffectState) -> str:
+    # Never "resolve it": the holder is alive and its body may be running right now, so
+    # resolving the key as failed would run the effect a second time beside it.
+    return (
+        f"effect {key} is in flight: held by {state.holder_text()} for call "
+        f"{state.call_id} (run {state.run_id}), lease until {lease_text(state.lease_until)}; "
+        "it does not run twice: retry later, once that call has finished"
+    )
 
 
 class _Stale(Exception):
@@ -61,7 +83,8 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
         if not fresh and state.status != "committed":
             raise _Stale
         now = self._clock()
-        if state.status == "committed":
+        status = state.status_at(now, self.skew_margin_s)
+        if status == "committed":
             same = state.digest == call.digest
             message = (
                 f"effect {key} was already committed by call {state.call_id} "
@@ -88,14 +111,37 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
                     same_args=same,
                 ),
             )
-        if state.status == "claimed":
-            # A claim whose call has not finished as far as we have heard: it may be
+        if status == IN_FLIGHT:
+            reason = _in_flight_reason(key, state)
+            stop = _ambiguous(self, run, key, reason)
+            assert isinstance(stop.outcome, CallAmbiguous)
+            stop.outcome.in_flight = True
+            stop.error = EffectInFlight(
+                reason,
+                key=key,
+                holder=state.holder,
+                pid=state.pid,
+                host=state.host,
+                lease_until=state.lease_until,
+            )
+            raise stop
+        if status == "claimed":
+            # A claim (with no lease: an older writer's) whose call has not finished as
+            # far as we have heard: it may be
             # running right now (here, in another executor, or another process), so
             # nothing here may suggest resolving it by hand (that would run it twice).
             reason = (
                 f"effect {key} is claimed by call {state.call_id} (run {state.run_id}), "
                 "which has not finished (it may still be running); it does not run "
                 "twice: ask again once that call has finished"
+            )
+        elif state.lease_until and state.status == "claimed":
+            # The lease expired with no outcome: the holder died (or stopped renewing).
+            reason = (
+                f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
+                f"whose holder, {state.holder_text()}, stopped renewing its lease "
+                f"(expired {lease_text(state.lease_until)}) with no outcome; it may or may "
+                "not have happened: check, then resolve it with resolve_effect"
             )
         else:
             reason = (
@@ -112,6 +158,11 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
             tool=spec.name,
             key=key,
             digest=call.digest,
+            holder=self.executor_id,
+            pid=self._pid,
+            host=self._host,
+            # Renewed every third of it while the body runs (_executing._Lease).
+            lease_until=self._clock() + self.lease_s,
         ),
     )
     return key
@@ -135,13 +186,23 @@ def _ambiguous(self: Executor, run: _Run, key: str, reason: str) -> _Stop:
 
 
 async def resolve_effect(
-    self: Executor, key: str, *, outcome: str, reviewer: str, reason: str | None = None
+    self: Executor,
+    key: str,
+    *,
+    outcome: str,
+    reviewer: str,
+    reason: str | None = None,
+    force: bool = False,
 ) -> None:
     """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
 
     Recorded as ``effect.resolved``. Raises ToolUsageError for a key that is not
-    ambiguous (unknown, committed, or claimed by a call running in this process, a
-    timed-out sync body's thread included).
+    ambiguous: unknown, committed, in flight (its holder's lease is live: its body may be
+    running now, and a key resolved as failed would run again beside it), or claimed by
+    a call running in this process (a timed-out sync body's thread included). With
+    ``force=True``, an in-flight key (or a claim with no lease) is resolved anyway, for
+    a holder known to be gone before its lease ends; recorded with ``forced`` (the
+    audit reports it).
     """
     if outcome not in ("committed", "failed"):
         raise ToolUsageError('outcome must be "committed" or "failed"')
@@ -153,9 +214,22 @@ async def resolve_effect(
     if not self._started:
         await self._ensure_started()
     state = self.state.effects.get(key)
-    if state is None or state.status != "ambiguous":
-        status = "unknown" if state is None else state.status
+    status = "unknown" if state is None else state.status_at(self._clock(), self.skew_margin_s)
+    forced = False
+    if state is not None and status in (IN_FLIGHT, "claimed") and force:
+        forced = True
+    elif status == IN_FLIGHT:
+        assert state is not None
+        raise ToolUsageError(
+            f"effect {key} is in flight, not ambiguous: held by {state.holder_text()} for "
+            f"call {state.call_id} (run {state.run_id}), lease until "
+            f"{lease_text(state.lease_until)}; its body may be running now, so it is not "
+            "resolved: wait for that call's outcome, or for its lease to expire "
+            "(force overrides this only for a holder known to be gone)"
+        )
+    elif status != AMBIGUOUS:
         raise ToolUsageError(f"effect {key} is {status}, not ambiguous; nothing to resolve")
+    assert state is not None
     if key in self._running_keys:
         raise ToolUsageError(
             f"effect {key} is ambiguous but its body is still running in a worker thread "
@@ -171,13 +245,34 @@ async def resolve_effect(
                 outcome=outcome,
                 reviewer=reviewer,
                 reason=reason,
+                forced=forced,
             )
         ]
     )
 
 
+def effect_status(self: Executor, key: str) -> str:
+    """The key's status now: ``committed``, ``ambiguous``, ``in flight`` (its holder's
+    lease is live), ``claimed`` (a live claim with no lease) or ``unknown``."""
+    state = self.state.effects.get(key)
+    if state is None:
+        return "unknown"
+    return state.status_at(self._clock(), self.skew_margin_s)
+
+
 def ambiguous_effects(self: Executor) -> dict[str, tuple[str, str]]:
-    """Ambiguous keys and the (run_id, call_id) that claimed each."""
+    """Ambiguous keys (claims whose outcome is unknown and whose holder's lease, if any,
+    has expired) and the (run_id, call_id) that claimed each."""
+    now, margin = self._clock(), self.skew_margin_s
     return {
-        k: (s.run_id, s.call_id) for k, s in self.state.effects.items() if s.status == "ambiguous"
+        k: (s.run_id, s.call_id)
+        for k, s in self.state.effects.items()
+        if s.status_at(now, margin) == AMBIGUOUS
     }
+
+
+def in_flight_effects(self: Executor) -> dict[str, EffectState]:
+    """Keys whose holder's lease is live (their calls have no outcome yet): each key's
+    state names the holder (``holder``, ``pid``, ``host``) and ``lease_until``."""
+    now, margin = self._clock(), self.skew_margin_s
+    return {k: s for k, s in self.state.effects.items() if s.status_at(now, margin) == IN_FLIGHT}

@@ -4,6 +4,7 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from hashlib import sha256
@@ -24,6 +25,7 @@ from ..ledger._events import (
     CallSucceeded,
     CallTimedOut,
     EffectClaimed,
+    EffectRenewed,
     Event,
 )
 from ..ledger._follow import EffectTaken
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from ._executor import Executor
 
 __all__: list[str] = []
+
+_log = logging.getLogger("agent_adapter")
 
 _CLAIM_EVENTS = (EffectClaimed, CallStarted)
 _CONTAINERS = (dict, list)
@@ -124,6 +128,86 @@ async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
                 stage[0] = "abandoned"
                 release()
         raise
+
+
+class Leases:
+    """Keeps an executor's running effect calls in flight: one timer, every third of
+    ``lease_s``, renews (``effect.renewed``, one batch) the lease of each call that has
+    been running since the previous tick, pushing it on by ``lease_s``.
+
+    One timer for all calls, not one per call: a call that ends within its first period
+    costs a dict insert and a pop, and appends nothing more. A renewal is written at most
+    two periods after the claim or the previous renewal, so a live holder's lease never
+    runs out (it lasts three).
+    """
+
+    __slots__ = ("_due", "_executor", "_handle", "_running", "_writing", "_written")
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        #: running calls (by their _Run's id): the run and its effect key
+        self._running: dict[int, tuple[_Run, str]] = {}
+        #: the calls that were running at the previous tick: renewed at the next one
+        self._due: set[int] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
+        self._written: set[int] = set()  # the calls of the renewal being written
+
+    def hold(self, run: _Run, key: str) -> None:
+        """``run``'s body starts: renew its claim of ``key`` while it runs."""
+        self._running[id(run)] = (run, key)
+        if self._handle is None:
+            period = self._executor.lease_s / 3
+            self._handle = asyncio.get_running_loop().call_later(period, self._tick)
+
+    def release(self, run: _Run) -> asyncio.Task[None] | None:
+        """``run``'s body ended: no more renewals. Returns the renewal of it being written,
+        if any, to wait for before its outcome is recorded (none may land after it)."""
+        self._running.pop(id(run), None)
+        self._due.discard(id(run))
+        writing = self._writing
+        if writing is not None and id(run) in self._written and not writing.done():
+            return writing
+        return None
+
+    def _tick(self) -> None:
+        self._handle = None
+        running = self._running
+        due = [running[i] for i in self._due if i in running]
+        self._due = set(running)
+        if due and (self._writing is None or self._writing.done()):
+            self._written = {id(run) for run, _ in due}
+            self._writing = asyncio.get_running_loop().create_task(self._renew(due))
+        if running:
+            period = self._executor.lease_s / 3
+            self._handle = asyncio.get_running_loop().call_later(period, self._tick)
+
+    async def _renew(self, due: list[tuple[_Run, str]]) -> None:
+        executor = self._executor
+        now = executor._clock()
+        events: list[Event] = [
+            EffectRenewed(
+                ts=now,
+                run_id=run.ctx.run_id,
+                call_id=run.ctx.call_id,
+                tool=run.spec.name,
+                key=key,
+                lease_until=now + executor.lease_s,
+            )
+            for run, key in due
+        ]
+        try:
+            await executor._record(events)
+        except Exception as exc:
+            # The bodies run on: a lease that lapses makes the key ambiguous to others
+            # (never free), so the effect still cannot run twice without an operator.
+            _log.warning("effect leases could not be renewed: %s", exc)
+
+    def close(self) -> None:
+        """Stop the timer (the executor closed); running calls keep their outcome."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def _rollback(self: Executor, run: _Run) -> None:
@@ -267,13 +351,22 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         # exactly the digested arguments, in a copy nobody else holds, or does not run.
         call = self._unchanged(run, call, fresh=True)
     run.reached_body = True
+    # The holder is alive while its body runs: its lease says so to every other reader.
+    if effect_key is not None:
+        self._leases.hold(run, effect_key)
     try:
-        if spec.timeout is not None:
-            result = await self._timed(run, call)
-        elif spec.is_async:
-            result = await spec.fn(**call.args)
-        else:
-            result = await self._in_thread(spec.fn, call)
+        try:
+            if spec.timeout is not None:
+                result = await self._timed(run, call)
+            elif spec.is_async:
+                result = await spec.fn(**call.args)
+            else:
+                result = await self._in_thread(spec.fn, call)
+        finally:
+            if effect_key is not None:
+                writing = self._leases.release(run)
+                if writing is not None:
+                    await asyncio.wait((writing,))
     except _Stop:
         raise
     except AdapterError as exc:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +30,7 @@ from ..errors import (
     ToolArgsInvalid,
     ToolUsageError,
 )
+from ..ledger._effect_keys import DEFAULT_LEASE_S, DEFAULT_SKEW_MARGIN_S
 from ..ledger._events import (
     CallCancelled,
     CallFailed,
@@ -59,6 +63,7 @@ from ._options import (
     check_ledger,
     check_limits,
     check_registry,
+    check_seconds,
 )
 from ._run import _maybe_await, _name_of, _new_id, _Run, _scrub, _Stop, _validated
 from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
@@ -78,7 +83,11 @@ class Executor:
     """Runs tool calls through the pipeline and records every step in the ledger.
 
     ``Executor(registry=None, *, ledger=None, approval=None, hooks=(), guards=(),
-    output_guards=(), limits=None, clock=None)``. Without a ledger it keeps a
+    output_guards=(), limits=None, clock=None, lease_s=30.0, skew_margin_s=5.0)``.
+    ``lease_s``: how long an effect claim stays *in flight* without renewal (the holder
+    renews it every third of that while the body runs); ``skew_margin_s``: how long past
+    another holder's lease (its clock) this executor still takes it for alive. Without a
+    ledger it keeps a
     ``MemoryLedger``; without an approval port, calls that need approval are denied
     unless their context carries a decision. Open one on an existing ledger with
     ``await Executor.open(...)`` so that its projections are rebuilt first.
@@ -107,6 +116,8 @@ class Executor:
     _rollback = _executing._rollback
     resolve_effect = _effects.resolve_effect
     ambiguous_effects = _effects.ambiguous_effects
+    in_flight_effects = _effects.in_flight_effects
+    effect_status = _effects.effect_status
     _repeat = _replaying._repeat
     _replayed_value = _replaying._replayed_value
     _recorded_error = staticmethod(_replaying._recorded_error)
@@ -123,6 +134,8 @@ class Executor:
         limits: RunLimits | None = None,
         clock: Callable[[], float] | None = None,
         remember: int | None = 250_000,
+        lease_s: float = DEFAULT_LEASE_S,
+        skew_margin_s: float = DEFAULT_SKEW_MARGIN_S,
     ) -> None:
         if remember is not None and (not isinstance(remember, int) or remember < 1):
             raise ToolUsageError("remember must be a positive number of calls, or None")
@@ -136,6 +149,13 @@ class Executor:
         hooks = check_hooks(hooks)
         guards = check_guards("guards", guards, output=False)
         output_guards = check_guards("output_guards", output_guards, output=True)
+        self.lease_s = check_seconds("lease_s", lease_s, positive=True)
+        self.skew_margin_s = check_seconds("skew_margin_s", skew_margin_s, positive=False)
+        #: This executor's id, recorded as the holder of every effect key it claims.
+        self.executor_id = uuid.uuid4().hex[:12]
+        self._pid = os.getpid()
+        self._host = socket.gethostname()
+        self._leases = _executing.Leases(self)
         self.registry = registry if registry is not None else Registry()
         self.remember = remember
         # Runs being recalled from the ledger: their waiters, and other writers' events
@@ -281,6 +301,7 @@ class Executor:
             return
         self._closed = True
         self._started = False  # the next call asks start(), which refuses
+        self._leases.close()
         follower = self._follower
         if follower is not None:
             follower.close()

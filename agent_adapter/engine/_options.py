@@ -108,6 +108,20 @@ def check_clock(clock: Any) -> None:
     )
 
 
+def check_seconds(name: str, value: Any, *, positive: bool) -> float:
+    """``value`` as a float number of seconds; refuse a bool, a non-number, NaN, infinity,
+    a negative number, or (``positive``) zero."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 <= value < float("inf"))
+        or (positive and value == 0)
+    ):
+        least = "more than 0" if positive else "0 or more"
+        raise ToolUsageError(f"{name} must be a number of seconds, {least}, not {value!r}")
+    return float(value)
+
+
 def check_hooks(hooks: Any) -> tuple[Any, ...]:
     """The hooks as a tuple; refuse one that has none of the hook methods, or a
     non-callable one, since the executor would never call it."""

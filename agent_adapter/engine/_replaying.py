@@ -11,6 +11,7 @@ from ..errors import (
     ApprovalDenied,
     ApprovalPending,
     DuplicateEffect,
+    EffectInFlight,
     RunLimitExceeded,
     ToolArgsInvalid,
     ToolFailed,
@@ -155,5 +156,7 @@ def _recorded_error(outcome: Event) -> BaseException:
             same_args=outcome.same_args,
         )
     if isinstance(outcome, CallAmbiguous):
+        if outcome.in_flight:
+            return EffectInFlight(outcome.reason, key=outcome.key)
         return AmbiguousEffect(outcome.reason, key=outcome.key)
     return ToolFailed(f"unknown recorded outcome {outcome.type}")

@@ -20,6 +20,8 @@ from ..ledger._effect_keys import (
     AMBIGUOUS,
     COMMITTED,
     FREE,
+    IN_FLIGHT,
+    lease_live,
     status_after_outcome,
     status_after_resolve,
 )
@@ -41,6 +43,7 @@ from ..ledger._events import (
     CallTimedOut,
     CallValidated,
     EffectClaimed,
+    EffectRenewed,
     EffectResolved,
     Event,
 )
@@ -54,12 +57,31 @@ CallKey = tuple[str, str]
 
 
 class EffectState(msgspec.Struct, kw_only=True):
-    """An effect key's state: ``claimed`` (running), ``committed`` or ``ambiguous``."""
+    """An effect key's state: ``claimed`` (no outcome yet), ``committed`` or ``ambiguous``,
+    and the claim's holder (executor id, pid, host) and lease (0: a claim with none)."""
 
     status: str
     run_id: str
     call_id: str
     digest: str
+    holder: str = ""
+    pid: int = 0
+    host: str = ""
+    lease_until: float = 0.0
+
+    def status_at(self, now: float, margin_s: float) -> str:
+        """The key's status as a reader at ``now`` (its clock) sees it: a claim with no
+        outcome is ``in flight`` while its lease is live and ``ambiguous`` once it has
+        expired (the holder died); ``claimed`` for one with no lease that this process
+        heard of live (an older writer's: it may still be running)."""
+        status = self.status
+        if status != "claimed" or not self.lease_until:
+            return status
+        return IN_FLIGHT if lease_live(self.lease_until, now, margin_s) else AMBIGUOUS
+
+    def holder_text(self) -> str:
+        """``executor X (pid P on host H)``, for messages."""
+        return f"executor {self.holder or '?'} (pid {self.pid} on host {self.host or '?'})"
 
 
 class _InFlight(msgspec.Struct, kw_only=True):
@@ -128,6 +150,7 @@ class Projection:
             CallValidated: self._validated,
             ApprovalRequested: self._counting,
             EffectClaimed: self._claimed,
+            EffectRenewed: self._renewed,
             EffectResolved: self._resolved,
             CallStarted: self._started,
         }
@@ -170,12 +193,16 @@ class Projection:
         """After replay: keys claimed by calls that never finished become ambiguous.
 
         No call of the replaying process is running, so a claim without an outcome means
-        the body may have run when the old process died. A call that died before
+        the body may have run when the old process died, or that another process is
+        running it now: a claim with a lease stays ``claimed`` (``status_at`` tells in
+        flight from expired by its lease, at each look); one without a lease (an older
+        version's) has no holder to tell by, and is ambiguous as it always was. A call
+        that died before
         ``call.started`` never ran its body: it is forgotten as in flight, so that a
         repeat of its ids runs the pipeline again (step 0 refuses only started calls).
         """
         for state in self.effects.values():
-            if state.status == "claimed":
+            if state.status == "claimed" and not state.lease_until:
                 state.status = AMBIGUOUS  # a claim with no outcome (_effect_keys)
         self.inflight = {key: call for key, call in self.inflight.items() if call.started}
 
@@ -208,7 +235,14 @@ class Projection:
 
     def _claimed(self, event: EffectClaimed) -> None:
         self.effects[event.key] = EffectState(
-            status="claimed", run_id=event.run_id, call_id=event.call_id, digest=event.digest
+            status="claimed",
+            run_id=event.run_id,
+            call_id=event.call_id,
+            digest=event.digest,
+            holder=event.holder,
+            pid=event.pid,
+            host=event.host,
+            lease_until=event.lease_until,
         )
         call = self._tracked(event)
         self.count(event.run_id, call)
@@ -223,6 +257,18 @@ class Projection:
         if call is None:
             call = self.inflight[key] = _InFlight(tool=event.tool)
         return call
+
+    def _renewed(self, event: EffectRenewed) -> None:
+        # Only the claim of the renewing call, still without an outcome: a renewal that
+        # reaches us after its call's outcome, or after the key was claimed anew, says
+        # nothing about the current claim.
+        state = self.effects.get(event.key)
+        if (
+            state is not None
+            and state.status == "claimed"
+            and (state.run_id, state.call_id) == (event.run_id, event.call_id)
+        ):
+            state.lease_until = max(state.lease_until, event.lease_until)
 
     def _resolved(self, event: EffectResolved) -> None:
         # The rule is the ledger's (status_after_resolve), shared with the audit.

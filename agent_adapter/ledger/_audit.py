@@ -28,7 +28,14 @@ from typing import cast
 import msgspec
 
 from ._chain import Verification, check_chain
-from ._effect_keys import AMBIGUOUS, status_after_outcome, status_after_resolve
+from ._effect_keys import (
+    AMBIGUOUS,
+    DEFAULT_SKEW_MARGIN_S,
+    lease_live,
+    lease_text,
+    status_after_outcome,
+    status_after_resolve,
+)
 from ._events import (
     _ALL,
     ApprovalGranted,
@@ -39,6 +46,7 @@ from ._events import (
     CallStarted,
     CallValidated,
     EffectClaimed,
+    EffectRenewed,
     EffectResolved,
     Event,
     UnknownEvent,
@@ -78,6 +86,11 @@ class EffectResolution(msgspec.Struct, frozen=True, kw_only=True):
     reviewer: str
     reason: str = ""
     seq: int | None = None
+    #: the reviewer overrode a live holder's lease (``force``)
+    forced: bool = False
+    #: made while the claim had no outcome and its holder's lease was live (as the
+    #: resolution's clock saw it, with the skew margin): the body may have been running
+    in_flight: bool = False
 
 
 class EffectRecord(msgspec.Struct, kw_only=True):
@@ -97,6 +110,12 @@ class EffectRecord(msgspec.Struct, kw_only=True):
     outcome: str | None = None
     status: str = AMBIGUOUS
     resolution: EffectResolution | None = None
+    #: the claim's holder (executor id, pid, host) and its lease, as last renewed before
+    #: the call's outcome (0: a claim with no lease, an older version's)
+    holder: str = ""
+    pid: int = 0
+    host: str = ""
+    lease_until: float = 0.0
 
 
 class CallRecord(msgspec.Struct, kw_only=True):
@@ -123,7 +142,9 @@ class CallRecord(msgspec.Struct, kw_only=True):
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
-    """One violation: ``kind`` is ``unapproved``, ``ambiguous``, ``incomplete``,
+    """One violation: ``kind`` is ``unapproved``, ``ambiguous``, ``resolved-in-flight`` (an
+    effect key resolved while its holder's lease was live: its body may have been
+    running, and a key resolved as failed may have run twice), ``incomplete``,
     ``multiple-outcomes``, ``broken-chain`` or ``malformed`` (a record that did not fit
     its type: read with the fields it names at their defaults); ``key`` names the effect
     key of an ambiguous one that has a key."""
@@ -191,6 +212,26 @@ class Audit(msgspec.Struct, kw_only=True):
                     )
                 )
             effect = record.effect
+            resolution = effect.resolution if effect is not None else None
+            if effect is not None and resolution is not None and resolution.in_flight:
+                how = "forced past the lease by" if resolution.forced else "by"
+                found.append(
+                    Problem(
+                        kind="resolved-in-flight",
+                        message=(
+                            f"effect {effect.key}: resolved as {resolution.outcome} {how} "
+                            f"{resolution.reviewer} (seq {resolution.seq}) while call "
+                            f"{record.call_id} ({record.tool}) was in flight: its holder, "
+                            f"executor {effect.holder} (pid {effect.pid} on host "
+                            f"{effect.host}), held a lease until {lease_text(effect.lease_until)}; "
+                            "its body may have been running, so the effect may have run "
+                            "twice"
+                        ),
+                        seq=resolution.seq,
+                        key=effect.key,
+                        **ids,
+                    )
+                )
             if effect is not None and effect.status == AMBIGUOUS:
                 # Every ambiguous key that nobody resolved, whatever left it so: only
                 # effect.resolved settles it (a resolved key has another status).
@@ -251,6 +292,16 @@ def _why_ambiguous(record: CallRecord) -> str:
     """What left the call's key ambiguous, for the problem's message."""
     outcome = record.effect.outcome if record.effect is not None else None
     if outcome is None:
+        if record.started and record.effect is not None and record.effect.lease_until:
+            # The audit has no clock of its own: it names the lease, and the reader's
+            # clock tells which (`effects list` does: in flight, or ambiguous).
+            effect = record.effect
+            return (
+                "started and has no outcome: its holder, executor "
+                f"{effect.holder} (pid {effect.pid} on host {effect.host}), leased the key "
+                f"until {lease_text(effect.lease_until)}; until then it may still be "
+                "running, after that its process died"
+            )
         if record.started:
             return "started and has no outcome (the process died, or it is still running)"
         return "claimed it and has no outcome"
@@ -359,8 +410,18 @@ def replay(
                 tool=claimed.tool,
                 digest=claimed.digest,
                 seq=claimed.seq or None,
+                holder=claimed.holder,
+                pid=claimed.pid,
+                host=claimed.host,
+                lease_until=claimed.lease_until,
             )
             record.effect = effects[claimed.key] = claim
+        elif cls is EffectRenewed:
+            renewed = cast(EffectRenewed, event)
+            held = record.effect
+            # The lease of this call's own claim, until its outcome (as the projection).
+            if held is not None and held.key == renewed.key and held.outcome is None:
+                held.lease_until = max(held.lease_until, renewed.lease_until)
         elif cls is ApprovalRequested:
             record.approval_requested = True
         elif cls is ApprovalGranted:
@@ -397,7 +458,17 @@ def _resolve(effects: dict[str, EffectRecord], event: EffectResolved) -> None:
         claim = effects[event.key] = EffectRecord(
             key=event.key, run_id=event.run_id, call_id=event.call_id, tool=event.tool
         )
+    # In flight by the rule the resolver itself applies (lease_live, with the margin):
+    # no outcome yet and the holder's lease live at the resolution's time.
+    in_flight = claim.outcome is None and lease_live(
+        claim.lease_until, event.ts, DEFAULT_SKEW_MARGIN_S
+    )
     claim.resolution = EffectResolution(
-        outcome=event.outcome, reviewer=event.reviewer, reason=event.reason, seq=event.seq or None
+        outcome=event.outcome,
+        reviewer=event.reviewer,
+        reason=event.reason,
+        seq=event.seq or None,
+        forced=event.forced,
+        in_flight=in_flight,
     )
     claim.status = status_after_resolve(event)

@@ -39,6 +39,7 @@ __all__ = [
     "CallTimedOut",
     "CallValidated",
     "EffectClaimed",
+    "EffectRenewed",
     "EffectResolved",
     "Event",
     "GuardChecked",
@@ -189,10 +190,28 @@ class ApprovalConsumed(Event, kw_only=True, omit_defaults=True, tag="approval.co
 
 
 class EffectClaimed(Event, kw_only=True, omit_defaults=True, tag="effect.claimed"):
-    """The call claimed the effect ``key`` for arguments with ``digest``."""
+    """The call claimed the effect ``key`` for arguments with ``digest``.
+
+    The holder (``holder``: the executor's id, ``pid`` on ``host``) keeps the key *in
+    flight* until ``lease_until`` (its clock), renewed by ``effect.renewed`` while the
+    body runs. A claim with no lease (``lease_until`` 0: written by an older version)
+    has no holder to ask: once replayed, its key is ambiguous as it always was.
+    """
 
     key: str = ""
     digest: str = ""
+    holder: str = ""
+    pid: int = 0
+    host: str = ""
+    lease_until: float = 0.0
+
+
+class EffectRenewed(Event, kw_only=True, omit_defaults=True, tag="effect.renewed"):
+    """The holder of ``key`` is alive and its body still running: the lease now lasts
+    until ``lease_until`` (the holder's clock)."""
+
+    key: str = ""
+    lease_until: float = 0.0
 
 
 class EffectResolved(Event, kw_only=True, omit_defaults=True, tag="effect.resolved"):
@@ -202,6 +221,9 @@ class EffectResolved(Event, kw_only=True, omit_defaults=True, tag="effect.resolv
     outcome: str = ""
     reviewer: str = ""
     reason: str = ""
+    #: True when the reviewer overrode the refusal of a key whose holder's lease was
+    #: live (``force=True``): the audit reports such a resolution.
+    forced: bool = False
 
 
 class CallStarted(Event, kw_only=True, omit_defaults=True, tag="call.started"):
@@ -321,10 +343,15 @@ class CallDuplicate(_Outcome, kw_only=True, omit_defaults=True, tag="call.duplic
 
 
 class CallAmbiguous(_Outcome, kw_only=True, omit_defaults=True, tag="call.ambiguous"):
-    """The effect key (or this very call) has a start with no known outcome."""
+    """The effect key (or this very call) has a start with no known outcome.
+
+    ``in_flight``: the key's holder was alive (its lease live), so the refusal means
+    "retry later" (``EffectInFlight``), not "resolve it".
+    """
 
     key: str = ""
     reason: str = ""
+    in_flight: bool = False
 
 
 _ALL = (
@@ -338,6 +365,7 @@ _ALL = (
     ApprovalAnswered,
     ApprovalConsumed,
     EffectClaimed,
+    EffectRenewed,
     EffectResolved,
     CallStarted,
     CallReplayed,
