@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from _helpers import CountingLedger
 from agents import Runner
 from openai_agents_helpers import (
@@ -20,6 +21,7 @@ from openai_agents_helpers import (
 )
 
 from agent_adapter import DeferredApproval, Executor, Registry
+from agent_adapter.errors import ToolArgsInvalid
 from agent_adapter.integrations.openai_agents import (
     Review,
     function_tools,
@@ -104,6 +106,38 @@ async def test_a_review_names_the_open_request_until_it_is_answered() -> None:
     assert ran == [{"order_id": "A1", "amount_cents": 500}]
     assert await call_types(ledger, "c1") == APPROVED_AFTER_WAITING
     assert await approvals_that_ran(ledger) == {"c1": ("context", "alice", True)}
+
+
+async def test_an_edit_of_a_bridge_request_is_checked_against_the_tools_schema() -> None:
+    """A request the bridge asks records the tool's JSON schema (as the engine's do), so an
+    edit that does not fit it is refused before anything is recorded, and a fitting one is
+    recorded."""
+    registry, ran = build()
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger)
+    executor = Executor(registry, ledger=ledger)
+    _, _, result = await paused(registry, executor, refund_call("A1", "c1"))
+    await review_interruptions(result, deferred, run_id="r-1")
+    [request] = await deferred.pending()
+    assert request.json_schema == registry.get("refund").json_schema
+    before = await events(ledger)
+    # (Edits replace the arguments entirely.)
+    with pytest.raises(ToolArgsInvalid, match="amount_cents"):
+        await deferred.answer(
+            request.request_id,
+            approved=True,
+            reviewer="alice",
+            edits={"order_id": "A1", "amount_cents": "abc"},
+        )
+    assert await events(ledger) == before
+    await deferred.answer(
+        request.request_id,
+        approved=True,
+        reviewer="alice",
+        edits={"order_id": "A1", "amount_cents": 400},
+    )
+    assert [t for t, _ in await events(ledger)][len(before) :] == ["approval.answered"]
+    assert ran == []
 
 
 async def test_a_review_of_two_calls_reports_each_one() -> None:

@@ -201,9 +201,13 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
                 )
                 continue
             redact = export.spec.redact
+            # Recorded with the request, so the CLI and the inbox check an edit against
+            # it before recording it, without the registry.
+            schema: dict[str, Any] | None = export.spec.json_schema
         else:
             args = _raw_args(item.arguments)
             redact = frozenset()
+            schema = None
         args_digest = digest(args)
         request = ApprovalRequest(
             request_id=uuid.uuid4().hex,
@@ -214,6 +218,7 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
             digest=args_digest,
             metadata={"integration": NAME},
             redact=redact,
+            json_schema=schema,
         )
         decision, held = await _ask(port, request)
         items.append(_Item(item, export, call_id, args_digest, decision, held))
