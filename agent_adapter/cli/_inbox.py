@@ -64,7 +64,9 @@ _HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer a browser sends `Origin: null` on
+    # the page's own form posts, which the Origin check below would refuse.
+    "Referrer-Policy": "same-origin",
 }
 
 
@@ -455,8 +457,8 @@ button.deny{background:#fff;color:#a4262c;border-color:#a4262c}
 .confirm{margin-top:.8rem;border-top:1px dashed #b8bfcc;padding-top:.6rem}
 pre{background:#f0f2f5;padding:.5rem;border-radius:.3rem;overflow:auto}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:.9rem}
-th,td{border:1px solid #d5d9e0;padding:.3rem .45rem;text-align:left;vertical-align:top;
-overflow-wrap:anywhere}
+th,td{border:1px solid #d5d9e0;padding:.3rem .45rem;text-align:left;vertical-align:top}
+td code{overflow-wrap:anywhere}
 td.approved{color:#1f7a44;font-weight:600}td.denied{color:#a4262c;font-weight:600}
 .empty{color:#5b6475}
 """
@@ -613,12 +615,17 @@ def inbox_app(inbox: Inbox) -> Any:
     async def js(request: Request) -> Response:
         return PlainTextResponse(_JS, media_type="text/javascript", headers=_HEADERS)
 
+    async def icon(request: Request) -> Response:
+        return PlainTextResponse("", status_code=204, headers=_HEADERS)
+
     routes = [
         Route("/", guarded(index), methods=["GET"]),
         Route("/sections", guarded(sections), methods=["GET"]),
         Route("/requests/{request_id}", guarded(answer), methods=["POST"]),
         Route("/inbox.css", guarded(css), methods=["GET"]),
         Route("/inbox.js", guarded(js), methods=["GET"]),
+        # Browsers ask for it unprompted: an empty answer, not a 404 in the console.
+        Route("/favicon.ico", guarded(icon), methods=["GET"]),
     ]
     return Starlette(routes=routes)
 
