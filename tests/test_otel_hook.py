@@ -119,19 +119,12 @@ async def test_a_call_is_one_span_under_the_host_span(clock: Any) -> None:
         "call.started",
         "call.succeeded",
     ]
+    # The call's digest and effect key are on the span: the events leave them out.
     assert events_of(tool_span) == [
         ("call.requested", {"agent_adapter.seq": 1}, ns(1000.0)),
-        ("call.validated", {"agent_adapter.seq": 2, "digest": digest}, ns(1000.0)),
-        (
-            "effect.claimed",
-            {"agent_adapter.seq": 3, "key": "refund:A1", "digest": digest},
-            ns(1000.0),
-        ),
-        (
-            "call.started",
-            {"agent_adapter.seq": 4, "digest": digest, "effect_key": "refund:A1"},
-            ns(1000.0),
-        ),
+        ("call.validated", {"agent_adapter.seq": 2}, ns(1000.0)),
+        ("effect.claimed", {"agent_adapter.seq": 3}, ns(1000.0)),
+        ("call.started", {"agent_adapter.seq": 4}, ns(1000.0)),
         (
             "call.succeeded",
             {"agent_adapter.seq": 5, "duration_ms": 0.0, "redacted": False},
@@ -289,7 +282,7 @@ async def test_a_replayed_call_is_its_own_span(clock: Any) -> None:
         "agent_adapter.outcome": "replayed",
     }
     assert events_of(again) == [
-        ("call.replayed", {"agent_adapter.seq": 6, "digest": digest, "outcome_seq": 5}, ns(1000.0))
+        ("call.replayed", {"agent_adapter.seq": 6, "outcome_seq": 5}, ns(1000.0))
     ]
 
 
@@ -323,3 +316,43 @@ async def test_without_a_provider_nothing_is_recorded_and_nothing_changes(clock:
     assert with_hook == await run([])
     assert hook._open == {}
     assert "hook.failed" not in [e["type"] for e in with_hook]
+
+
+async def test_an_edited_approval_keeps_the_digest_it_approved(clock: Any) -> None:
+    """An approval of edited arguments shows, on its span event, the digest it approved
+    (not the call's requested digest, which the span carries), so a trace tells the two
+    apart."""
+    from agent_adapter import CallbackApproval, Decision
+    from agent_adapter.engine import digest
+
+    provider, exporter = sdk()
+    reg = Registry()
+
+    @reg.tool(confirm=True)
+    async def pay(amount_cents: int) -> int:
+        """Pays."""
+        return amount_cents
+
+    port = CallbackApproval(
+        lambda request: Decision(approved=True, reviewer="alice", edits={"amount_cents": 20})
+    )
+    executor = Executor(
+        reg, ledger=MemoryLedger(), approval=port, hooks=[OpenTelemetryHook(provider)], clock=clock
+    )
+    assert await executor.call("pay", {"amount_cents": 2000}, run_id="r1", call_id="c1") == 20
+    (span,) = exporter.get_finished_spans()
+    granted = [
+        {k: v for k, v in a.items() if k != "request_id"}  # (random)
+        for name, a, _ in events_of(span)
+        if name == "approval.granted"
+    ]
+    assert (span.attributes or {})["agent_adapter.digest"] == digest({"amount_cents": 2000})
+    assert granted == [
+        {
+            "agent_adapter.seq": 4,
+            "reviewer": "alice",
+            "source": "port",
+            "digest": digest({"amount_cents": 20}),
+            "edited": True,
+        }
+    ]

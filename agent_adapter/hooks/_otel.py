@@ -20,7 +20,7 @@ API's tracer hands back non-recording spans and the hook keeps nothing per call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from opentelemetry import trace
@@ -91,36 +91,71 @@ class OpenTelemetryHook:
         record_results: bool = False,
     ) -> None:
         self._tracer = trace.get_tracer(_TRACER_NAME, _version(), tracer_provider=tracer_provider)
-        self._open: dict[tuple[str, str], Span] = {}
+        # The global provider is looked up at each call (one may be set later); an
+        # explicit no-op provider can never record, which is known now.
+        self._global = tracer_provider is None
+        self._off = isinstance(tracer_provider, trace.NoOpTracerProvider)
+        # Per open call: its span and the digest and effect key already on it (span
+        # events leave out what the span says).
+        self._open: dict[tuple[str, str], _Open] = {}
         self._skip = _BASE | _NEVER
         if not record_arguments:
             self._skip |= _ARGUMENT_FIELDS
         if not record_results:
             self._skip |= _RESULT_FIELDS
         self._record_arguments = record_arguments
-        # Which fields of each event type become span-event attributes: computed once
-        # per type, not per event.
-        self._fields: dict[type[Event], tuple[str, ...]] = {}
+        self._record_results = record_results
+        # What each event type does to a span: computed once per type, not per event.
+        self._plans: dict[type[Event], _Plan] = {}
 
     def on_event(self, event: Event) -> None:
         """Start the call's span at ``call.requested``, add each event, end at its outcome."""
-        key = (event.run_id, event.call_id)
-        span = self._open.get(key)
-        tag = event.type
-        if span is None:
-            if tag == "call.requested":
-                self._start(key, event)
-            elif tag == "call.replayed" or tag in OUTCOME_TAGS:
-                # A call whose start this hook did not see: a replay (step 0 records only
-                # call.replayed), or a hook added while the call was in flight.
-                self._alone(event)
+        cls = type(event)
+        plan = self._plans.get(cls)
+        if plan is None:
+            plan = self._plan(cls)
+        # (No open span at all, the case without a provider: no key is even built.)
+        held = self._open.get((event.run_id, event.call_id)) if self._open else None
+        if held is None:
+            if plan.role is not _OTHER and self._may_record():
+                if plan.role is _START:
+                    self._start(event, plan)
+                else:
+                    # A call whose start this hook did not see: a replay (step 0 records
+                    # only call.replayed), or a hook added while the call was in flight.
+                    self._alone(event, plan)
             return
-        self._add(span, event)
-        if tag in OUTCOME_TAGS:
-            del self._open[key]
-            self._finish(span, event)
+        self._add(held, event, plan)
+        if plan.role is _END:
+            del self._open[(event.run_id, event.call_id)]
+            self._finish(held.span, event)
 
     # -- spans --------------------------------------------------------------------------
+
+    def _may_record(self) -> bool:
+        """False when no span can record: the API's default (no provider set anywhere)
+        or an explicit no-op provider. Checked before a span is made, so that a call
+        costs a dictionary lookup per event and this check, nothing more."""
+        if self._off:
+            return False
+        if self._global:
+            return trace.get_tracer_provider() is not _PROXY_DEFAULT
+        return True
+
+    def _plan(self, cls: type[Event]) -> _Plan:
+        tag = str(cls.__struct_config__.tag)
+        if tag == "call.requested":
+            role = _START
+        elif tag in OUTCOME_TAGS:
+            role = _END
+        elif tag == "call.replayed":
+            role = _ALONE
+        else:
+            role = _OTHER
+        fields = tuple(f for f in cls.__struct_fields__ if f not in self._skip)
+        plan = _Plan(role=role, tag=tag, fields=fields, facts=_SPAN_FACTS.get(tag))
+        self._plans[cls] = plan
+        return plan
 
     def _begin(self, event: Event) -> Span:
         attributes: dict[str, Any] = {
@@ -130,6 +165,8 @@ class OpenTelemetryHook:
             "gen_ai.tool.type": "function",
             "agent_adapter.run_id": event.run_id,
         }
+        if self._record_arguments and hasattr(event, "args"):
+            attributes["gen_ai.tool.call.arguments"] = _json(event.args)
         return self._tracer.start_span(
             f"execute_tool {event.tool}",
             kind=SpanKind.INTERNAL,
@@ -137,49 +174,44 @@ class OpenTelemetryHook:
             start_time=_ns(event.ts),
         )
 
-    def _start(self, key: tuple[str, str], event: Event) -> None:
+    def _start(self, event: Event, plan: _Plan) -> None:
         span = self._begin(event)
         if not span.is_recording():
-            return  # no provider (or not sampled): nothing kept, nothing to add later
-        if self._record_arguments:
-            span.set_attribute("gen_ai.tool.call.arguments", _json(getattr(event, "args", None)))
-        self._add(span, event)
+            return  # not sampled: nothing kept, nothing to add later
+        held = _Open(span)
+        self._add(held, event, plan)
         opened = self._open
-        opened[key] = span
+        opened[(event.run_id, event.call_id)] = held
         if len(opened) > MAX_OPEN_SPANS:
             oldest = next(iter(opened))
-            stale = opened.pop(oldest)
+            stale = opened.pop(oldest).span
             stale.set_attribute("agent_adapter.outcome", "unknown")
             stale.end()
 
-    def _alone(self, event: Event) -> None:
+    def _alone(self, event: Event, plan: _Plan) -> None:
         span = self._begin(event)
         if not span.is_recording():
             return
-        self._add(span, event)
+        self._add(_Open(span), event, plan)
         self._finish(span, event)
 
-    def _add(self, span: Span, event: Event) -> None:
-        tag = event.type
-        setter = _SPAN_FACTS.get(tag)
-        if setter is not None:
-            setter(span, event)
-        cls = type(event)
-        names = self._fields.get(cls)
-        if names is None:
-            names = tuple(f for f in cls.__struct_fields__ if f not in self._skip)
-            self._fields[cls] = names
+    def _add(self, held: _Open, event: Event, plan: _Plan) -> None:
+        if plan.facts is not None:
+            plan.facts(held, event)
         attributes: dict[str, Any] = {"agent_adapter.seq": event.seq}
-        for name in names:
+        said = (held.digest, held.key)
+        for name in plan.fields:
             value = getattr(event, name)
             if isinstance(value, str):
-                if value:  # an empty text is a field left at its default
+                # An empty text is a field left at its default; the call's digest and
+                # effect key are on the span already.
+                if value and value not in said:
                     attributes[name] = value
             elif isinstance(value, bool | int | float):
                 attributes[name] = value
             elif value:  # (an empty list or mapping is a field left at its default)
                 attributes[name] = _json(value)
-        span.add_event(tag, attributes, timestamp=_ns(event.ts))
+        held.span.add_event(plan.tag, attributes, timestamp=_ns(event.ts))
 
     def _finish(self, span: Span, event: Event) -> None:
         kind = event.type.rpartition(".")[2]
@@ -190,9 +222,33 @@ class OpenTelemetryHook:
             error_kind = _error_kind(event)
             span.set_attribute("error.type", error_kind)
             span.set_status(Status(StatusCode.ERROR, error_kind))
-        elif kind == "succeeded" and self._skip.isdisjoint(_RESULT_FIELDS):
+        elif kind == "succeeded" and self._record_results:
             span.set_attribute("gen_ai.tool.call.result", _json(getattr(event, "result", None)))
         span.end(end_time=_ns(event.ts))
+
+
+class _Open:
+    """A call's span while it is open, and the facts already set on it."""
+
+    __slots__ = ("digest", "key", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.digest = ""
+        self.key = ""
+
+
+class _Plan(NamedTuple):
+    role: str
+    tag: str
+    fields: tuple[str, ...]
+    facts: Callable[[_Open, Event], None] | None
+
+
+_START, _END, _ALONE, _OTHER = "start", "end", "alone", "other"
+# What get_tracer_provider() returns while no provider is set (nor named in the
+# environment): its tracers only make non-recording spans.
+_PROXY_DEFAULT = trace.get_tracer_provider()
 
 
 def _ns(ts: float) -> int:
@@ -212,18 +268,21 @@ def _error_kind(outcome: Event) -> str:
     return str(getattr(_recorded_error(outcome), "kind", "tool-failed"))
 
 
-def _set_digest(span: Span, event: Event) -> None:
-    span.set_attribute("agent_adapter.digest", getattr(event, "digest", ""))
+def _set_digest(held: _Open, event: Event) -> None:
+    digest = getattr(event, "digest", "")
+    held.digest = digest
+    held.span.set_attribute("agent_adapter.digest", digest)
 
 
-def _set_key(span: Span, event: Event) -> None:
+def _set_key(held: _Open, event: Event) -> None:
     key = getattr(event, "key", "") or getattr(event, "effect_key", "")
-    if key:
-        span.set_attribute("agent_adapter.effect_key", key)
+    if key and key != held.key:
+        held.key = key
+        held.span.set_attribute("agent_adapter.effect_key", key)
 
 
 # The span-level facts some events carry, set as the events pass.
-_SPAN_FACTS: dict[str, Callable[[Span, Event], None]] = {
+_SPAN_FACTS: dict[str, Callable[[_Open, Event], None]] = {
     "call.validated": _set_digest,
     "call.replayed": _set_digest,
     "effect.claimed": _set_key,
