@@ -370,10 +370,12 @@ def _decided_html(inbox: Inbox) -> str:
         edited = _json_line(answer.edits) if answer.edits is not None else ""
         usage = f"call {used[1]}" if used else "not used yet"
         rows.append(
-            f'<tr data-request="{_e(answer.request_id)}"><td><code>{_e(answer.request_id)}'
-            f"</code></td><td>{_e(answer.tool)}</td><td><code>{_e(answer.run_id)}</code></td>"
+            # (The request id shortened, whole in its title: the table stays readable.)
+            f'<tr data-request="{_e(answer.request_id)}"><td><code title="'
+            f'{_e(answer.request_id)}">{_e(answer.request_id[:12])}</code></td>'
+            f"<td>{_e(answer.tool)}</td><td><code>{_e(answer.run_id)}</code></td>"
             f'<td class="{verdict}">{verdict}</td><td>{_e(answer.reviewer)}</td>'
-            f"<td>{_e(answer.reason)}</td><td><code>{_e(edited)}</code></td>"
+            f'<td>{_e(answer.reason)}</td><td class="edits"><code>{_e(edited)}</code></td>'
             f"<td>{_e(_clock(answer.ts))}</td><td>{_e(usage)}</td></tr>"
         )
     head = "".join(
@@ -458,7 +460,7 @@ button.deny{background:#fff;color:#a4262c;border-color:#a4262c}
 pre{background:#f0f2f5;padding:.5rem;border-radius:.3rem;overflow:auto}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:.9rem}
 th,td{border:1px solid #d5d9e0;padding:.3rem .45rem;text-align:left;vertical-align:top}
-td code{overflow-wrap:anywhere}
+td code{white-space:nowrap}td.edits code{white-space:normal;overflow-wrap:anywhere}
 td.approved{color:#1f7a44;font-weight:600}td.denied{color:#a4262c;font-weight:600}
 .empty{color:#5b6475}
 """
