@@ -356,3 +356,51 @@ async def test_an_edited_approval_keeps_the_digest_it_approved(clock: Any) -> No
             "edited": True,
         }
     ]
+
+
+_LATER = """
+import asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from agent_adapter import Executor, Registry
+from agent_adapter.hooks import OpenTelemetryHook
+
+registry = Registry()
+
+@registry.tool
+async def echo(text: str) -> str:
+    return text
+
+async def main():
+    hook = OpenTelemetryHook()  # built before any provider exists
+    executor = Executor(registry, hooks=[hook])
+    await executor.call("echo", {"text": "before"}, run_id="r", call_id="c1")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    await executor.call("echo", {"text": "after"}, run_id="r", call_id="c2")
+    spans = exporter.get_finished_spans()
+    print([(s.name, s.attributes["gen_ai.tool.call.id"]) for s in spans], len(hook._open))
+
+asyncio.run(main())
+"""
+
+
+def test_a_global_provider_set_after_the_hook_is_used() -> None:
+    """A hook built before the application sets its global provider records nothing
+    until then and uses the provider from then on (in a fresh process: the global
+    provider can be set once per process)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LATER], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "[('execute_tool echo', 'c2')] 0\n",
+        "",
+    )

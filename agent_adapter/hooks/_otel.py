@@ -19,6 +19,7 @@ API's tracer hands back non-recording spans and the hook keeps nothing per call.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -95,6 +96,8 @@ class OpenTelemetryHook:
         # explicit no-op provider can never record, which is known now.
         self._global = tracer_provider is None
         self._off = isinstance(tracer_provider, trace.NoOpTracerProvider)
+        # A provider named in the environment is loaded by the API on first use.
+        self._named = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
         # Per open call: its span and the digest and effect key already on it (span
         # events leave out what the span says).
         self._open: dict[tuple[str, str], _Open] = {}
@@ -138,8 +141,13 @@ class OpenTelemetryHook:
         costs a dictionary lookup per event and this check, nothing more."""
         if self._off:
             return False
-        if self._global:
-            return trace.get_tracer_provider() is not _PROXY_DEFAULT
+        if self._global and not self._named:
+            # The API's own global, read directly: ``get_tracer_provider()`` looks the
+            # environment up at each call (~3 us on a loaded machine, as much as the
+            # rest of the hook). None: no provider was ever set, so the API's tracers
+            # make only non-recording spans. (Missing in some future API: spans are
+            # made and asked, which is slower, never wrong.)
+            return getattr(trace, "_TRACER_PROVIDER", True) is not None
         return True
 
     def _plan(self, cls: type[Event]) -> _Plan:
@@ -246,9 +254,6 @@ class _Plan(NamedTuple):
 
 
 _START, _END, _ALONE, _OTHER = "start", "end", "alone", "other"
-# What get_tracer_provider() returns while no provider is set (nor named in the
-# environment): its tracers only make non-recording spans.
-_PROXY_DEFAULT = trace.get_tracer_provider()
 
 
 def _ns(ts: float) -> int:
