@@ -214,3 +214,60 @@ def test_serve_refuses_a_missing_file_or_one_that_is_not_a_ledger(
         (1, "", f"agent-adapter: error: token file {tmp_path / 'none'}: no such file\n"),
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+async def test_a_request_recorded_with_arguments_that_are_not_an_object_can_be_approved(
+    tmp_path: Path,
+) -> None:
+    """A request whose recorded arguments are not a JSON object (an older or a damaged
+    record) is approved as shown, without edits: the form's text as the page showed it
+    is not taken for an edit."""
+    from agent_adapter.ledger import ApprovalDeferred, SQLiteLedger
+
+    db = tmp_path / "ledger.db"
+    ledger = SQLiteLedger(str(db))
+    await ledger.append(
+        ApprovalDeferred(
+            ts=1000.0,
+            run_id="run-1",
+            call_id="call-1",
+            tool="refund",
+            request_id="req-1",
+            digest="0" * 64,
+            args="[withheld: 2000000 bytes, over the size limit]",
+        )
+    )
+    await ledger.close()
+    tokens, token = token_file(tmp_path)
+    auth = {"Authorization": "Bearer " + token}
+    with serving(db, tokens) as url:
+        page = request(url, "GET", "/", headers=auth)[2]
+        shown = re.search(r'<textarea name="args"[^>]*>(.*?)</textarea>', page, flags=re.S)
+        assert shown is not None
+        import html
+
+        status, _, body = request(
+            url,
+            "POST",
+            "/requests/req-1",
+            headers=auth,
+            form={
+                "csrf": csrf_of(page),
+                "action": "approve",
+                "reviewer": "alice",
+                "args": html.unescape(shown.group(1)),
+            },
+        )
+    assert (status, "approved request req-1 (refund, run run-1) as alice" in body) == (200, True)
+    assert answers(await events(db)) == [("req-1", True, "alice", None)]
+
+
+def test_the_page_names_a_database_url_without_its_password() -> None:
+    """A ledger given as a URL (PostgreSQL, once it exists) is shown without its password."""
+    from agent_adapter.cli._inbox import _label
+
+    assert [
+        _label("ledger.db"),
+        _label("postgresql://bob:s3cret@db:5432/ledgers?schema=refunds"),
+        _label("postgresql://db/ledgers"),
+    ] == ["ledger.db", "postgresql://bob@db:5432/ledgers", "postgresql://db/ledgers"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..errors import ToolArgsInvalid, ToolUsageError
 from ._opening import CliError, open_ledger
@@ -222,7 +222,10 @@ async def decide(inbox: Inbox, request_id: str, data: dict[str, str]) -> tuple[i
     elif len(form.reviewer) > 200:
         form.errors["reviewer"] = "a name of at most 200 characters"
     edits: dict[str, Any] | None = None
-    if action == "approve" and form.args_text is not None:
+    shown = _json_block(request.args)
+    # The text as the page showed it approves the request as asked, whatever the
+    # recorded arguments are (text withheld as too large is not a JSON object).
+    if action == "approve" and form.args_text is not None and form.args_text.strip() != shown:
         typed, problem = _edits_from_text(form.args_text)
         if problem is not None:
             form.errors["args"] = problem
@@ -644,6 +647,17 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _label(db: str) -> str:
+    """How the page names the ledger: a file as given, a URL without its password or
+    query (either may hold a credential)."""
+    parts = urlsplit(db)
+    if not parts.scheme or not parts.netloc:
+        return db
+    host = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
+
+
 def _listen(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -689,7 +703,7 @@ async def cmd_approvals_serve(args: argparse.Namespace, out: IO[str]) -> int:
         ) from None
     token = read_token(args.token_file)
     async with open_ledger(args, write=True) as ledger:
-        inbox = Inbox(ledger, token, label=str(args.db))
+        inbox = Inbox(ledger, token, label=_label(str(args.db)))
         await inbox.refresh()  # a ledger that cannot be read fails here, before listening
         sock = _listen(args.host, args.port)
         host, port = sock.getsockname()[:2]
