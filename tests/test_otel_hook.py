@@ -404,3 +404,57 @@ def test_a_global_provider_set_after_the_hook_is_used() -> None:
         "[('execute_tool echo', 'c2')] 0\n",
         "",
     )
+
+
+async def test_a_call_that_was_not_sampled_leaves_no_half_span(clock: Any) -> None:
+    """With a sampler that drops the first call's span and keeps the next, the dropped
+    call leaves nothing (no lone span for its outcome) and the kept one is whole."""
+    from opentelemetry.sdk.trace.sampling import Decision as Sampled
+    from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
+
+    class EverySecond(Sampler):
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def should_sample(
+            self,
+            parent: Any,
+            trace_id: int,
+            name: str,
+            kind: Any = None,
+            attributes: Any = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> SamplingResult:
+            self.asked += 1
+            keep = self.asked % 2 == 0
+            decision = Sampled.RECORD_AND_SAMPLE if keep else Sampled.DROP
+            return SamplingResult(decision, attributes if keep else None)
+
+        def get_description(self) -> str:
+            return "every second"
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=EverySecond())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    executor = Executor(
+        registry(), ledger=MemoryLedger(), hooks=[OpenTelemetryHook(provider)], clock=clock
+    )
+    await executor.call("refund", {"order_id": "A1", "amount_cents": 5}, run_id="r", call_id="c1")
+    await executor.call("refund", {"order_id": "A2", "amount_cents": 5}, run_id="r", call_id="c2")
+    assert [
+        (s.attributes["gen_ai.tool.call.id"], [e.name for e in s.events])
+        for s in exporter.get_finished_spans()
+        if s.attributes is not None
+    ] == [
+        (
+            "c2",
+            [
+                "call.requested",
+                "call.validated",
+                "effect.claimed",
+                "call.started",
+                "call.succeeded",
+            ],
+        )
+    ]

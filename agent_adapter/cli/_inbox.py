@@ -706,39 +706,43 @@ async def cmd_approvals_serve(args: argparse.Namespace, out: IO[str]) -> int:
         inbox = Inbox(ledger, token, label=_label(str(args.db)))
         await inbox.refresh()  # a ledger that cannot be read fails here, before listening
         sock = _listen(args.host, args.port)
-        host, port = sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{port}/"
+        try:
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            url = f"http://{shown}:{port}/"
 
-        class _Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                # Our own handlers (below): a stop is a clean exit, not a re-raised signal.
-                yield
+            class _Server(uvicorn.Server):
+                @contextlib.contextmanager
+                def capture_signals(self) -> Iterator[None]:
+                    # Our own handlers (below): a stop is a clean exit, not a re-raised signal.
+                    yield
 
-        config = uvicorn.Config(
-            inbox_app(inbox), log_level="warning", access_log=False, lifespan="off"
-        )
-        server = _Server(config)
-        print(f"approval inbox of {args.db} at {url}", file=out)
-        if args.token_file:
-            print(f"open {url}?token=<the token in {args.token_file}>", file=out)
-        else:
-            print(f"open {url}?token={token}", file=out)
-            print(f"(or send Authorization: Bearer {token}); Ctrl-C stops", file=out)
-        if not _loopback(str(host)):
-            print(
-                f"warning: {host} is not a loopback address: anyone who can reach this port "
-                "and has the token can decide",
-                file=out,
+            config = uvicorn.Config(
+                inbox_app(inbox), log_level="warning", access_log=False, lifespan="off"
             )
-        out.flush()
+            server = _Server(config)
 
-        def stop() -> None:
-            server.should_exit = True
+            def stop() -> None:
+                server.should_exit = True
 
-        with _stop_on_signals(stop):
-            await server.serve(sockets=[sock])
-        sock.close()
+            # Handlers first, then the lines that say the server is up: a Ctrl-C that comes
+            # right after them is a clean stop, never a KeyboardInterrupt.
+            with _stop_on_signals(stop):
+                print(f"approval inbox of {args.db} at {url}", file=out)
+                if args.token_file:
+                    print(f"open {url}?token=<the token in {args.token_file}>", file=out)
+                else:
+                    print(f"open {url}?token={token}", file=out)
+                    print(f"(or send Authorization: Bearer {token}); Ctrl-C stops", file=out)
+                if not _loopback(str(host)):
+                    print(
+                        f"warning: {host} is not a loopback address: anyone who can reach this "
+                        "port and has the token can decide",
+                        file=out,
+                    )
+                out.flush()
+                await server.serve(sockets=[sock])
+        finally:
+            sock.close()
     print("stopped", file=out)
     return 0

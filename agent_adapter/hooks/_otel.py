@@ -120,13 +120,16 @@ class OpenTelemetryHook:
         # (No open span at all, the case without a provider: no key is even built.)
         held = self._open.get((event.run_id, event.call_id)) if self._open else None
         if held is None:
-            if plan.role is not _OTHER and self._may_record():
-                if plan.role is _START:
-                    self._start(event, plan)
-                else:
-                    # A call whose start this hook did not see: a replay (step 0 records
-                    # only call.replayed), or a hook added while the call was in flight.
-                    self._alone(event, plan)
+            # Only a call's first event opens a span: call.requested, or call.replayed
+            # for a repeat (step 0 records nothing else). Any other event of a call
+            # without a span belongs to one not recorded (no provider then, or not
+            # sampled): a lone span for its outcome would be a call cut in half.
+            if plan.role is _START or plan.role is _ALONE:
+                if self._may_record():
+                    if plan.role is _START:
+                        self._start(event, plan)
+                    else:
+                        self._alone(event, plan)
             return
         self._add(held, event, plan)
         if plan.role is _END:
