@@ -416,6 +416,9 @@ def _hints(path: Path) -> list[str]:
     db = shlex.quote(str(path))
     lines = ["explore the ledger (from this directory):"]
     lines += [f"  {prefix} ledger {action} --db {db}" for action in _HINTED]
+    # What a reviewer runs to answer deferred requests (DeferredApproval) in a browser.
+    lines.append("review approvals in a browser (the approval inbox; Ctrl-C stops it):")
+    lines.append(f"  {prefix} approvals serve --db {db}")
     if path_advice is not None:
         lines.append(f"to type {PROG} alone, put it on PATH: {path_advice}")
     return lines

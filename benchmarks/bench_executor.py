@@ -13,8 +13,15 @@ the model's raw JSON text:
   tool call, ``(T(N calls) - T(0)) / N`` paired per round, one call per turn and 16 calls
   in one turn, beside our per-call cost (target: ours <= 2% of it).
 
+The OpenTelemetry hook's cost per call is timed beside the same call without hooks, in
+the same rounds: with no provider configured (the API's default) and with the SDK's
+provider and its in-memory exporter behind a SimpleSpanProcessor (every span exported
+in the calling thread, so all of its cost is counted; target <= 1.30x the call without
+hooks).
+
 Run: ``python benchmarks/bench_executor.py [--quick]``; ``--profile`` prints a cProfile
 of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md);
+``--hooks`` times only the OpenTelemetry hook's cost;
 ``--floors`` times the core call with parts taken away (a ledger that only encodes, no
 ledger, no projection; a timeout alone) to show where the per-call cost goes.
 """
@@ -53,6 +60,7 @@ from agents.tool_context import ToolContext
 
 from agent_adapter.engine import CallContext, Decision, Executor, Registry
 from agent_adapter.engine._digest import digest
+from agent_adapter.hooks import OpenTelemetryHook
 from agent_adapter.ledger import MemoryLedger, SQLiteLedger
 from agent_adapter.ledger._events import (
     CallRequested,
@@ -133,6 +141,141 @@ class Ours:
         types = [r.type for r in self.executor.ledger.records]  # type: ignore[attr-defined]
         assert types.count("call.succeeded") == 2 and "approval.granted" in types, types
         assert (await self.executor.ledger.verify()).ok
+
+
+NO_HOOKS = "run_spec, MemoryLedger, no hooks (baseline)"
+NOP_HOOK = "+ a hook whose on_event does nothing (the executor's dispatch)"
+OTEL_NONE = "+ OpenTelemetryHook, no provider configured"
+SDK_FLOOR = "floor: the SDK alone, one span + 4 span events, no executor"
+OTEL_SDK = "**+ OpenTelemetryHook, SDK provider, in-memory exporter**"
+HOOK_TARGETS = {OTEL_SDK: 1.30}
+
+
+class _Nop:
+    """A hook that does nothing: what dispatching events to any hook costs."""
+
+    name = "nop"
+
+    def on_event(self, event: Any) -> None:
+        pass
+
+
+class NopHooked(Ours):
+    def reset(self, n: int) -> None:
+        self.executor = Executor(self.registry, ledger=MemoryLedger(), hooks=[_Nop()])
+
+
+class SdkFloor:
+    """What the SDK costs for the span alone: started, four events, ended and exported."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = provider.get_tracer("bench")
+
+    def reset(self, n: int) -> None:
+        self.exporter.clear()
+
+    async def call(self) -> Any:
+        now = time.time_ns()
+        span = self.tracer.start_span(
+            "execute_tool lookup_order",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "lookup_order",
+                "gen_ai.tool.call.id": f"c{next(_ids)}",
+                "gen_ai.tool.type": "function",
+                "agent_adapter.run_id": "run-bench",
+            },
+            start_time=now,
+        )
+        for seq, tag in enumerate(("call.requested", "call.validated", "call.started")):
+            span.add_event(tag, {"agent_adapter.seq": seq}, timestamp=now)
+        span.add_event("call.succeeded", {"agent_adapter.seq": 4, "duration_ms": 0.1})
+        span.set_attribute("agent_adapter.digest", "0" * 64)
+        span.set_attribute("agent_adapter.outcome", "succeeded")
+        span.end(end_time=now)
+        return "ok"
+
+
+class Traced:
+    """The core call with an OpenTelemetryHook: without a provider, or the SDK's."""
+
+    def __init__(self, sdk: bool) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.registry = Registry()
+        self.spec = self.registry.tool(lookup_order)
+        self.exporter = InMemorySpanExporter()
+        provider = None
+        if sdk:
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.hook = OpenTelemetryHook(provider)
+        self.reset(0)
+
+    def reset(self, n: int) -> None:
+        self.exporter.clear()  # (the exporter keeps every span: a block starts empty)
+        self.executor = Executor(self.registry, ledger=MemoryLedger(), hooks=[self.hook])
+
+    async def call(self) -> Any:
+        ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
+        return await self.executor.run_spec(self.spec, RAW, ctx)
+
+
+async def hook_cost(args: Any, clock: str) -> None:
+    """The OpenTelemetry hook's cost per call, as a ratio to the same call without hooks."""
+    plain, nop, quiet, traced = Ours(), NopHooked(), Traced(sdk=False), Traced(sdk=True)
+    floor = SdkFloor()
+    nop.reset(0)
+    for ours in (quiet, traced):
+        assert await ours.call() == "ok"
+    assert len(traced.exporter.get_finished_spans()) == 1
+    assert quiet.exporter.get_finished_spans() == ()
+    res = await abench(
+        [
+            Variant(NO_HOOKS, plain.core_call, setup=plain.reset),
+            Variant(NOP_HOOK, nop.core_call, setup=nop.reset),
+            Variant(OTEL_NONE, quiet.call, setup=quiet.reset),
+            Variant(OTEL_SDK, traced.call, setup=traced.reset),
+            Variant(SDK_FLOOR, floor.call, setup=floor.reset),
+        ],
+        baseline=NO_HOOKS,
+        rounds=args.rounds,
+        block_ms=args.block_ms,
+        clock=clock,
+    )
+    print(
+        results_table(
+            res,
+            title=(
+                f"Executor: the OpenTelemetry hook's cost per call vs no hooks "
+                f"({args.rounds} rounds, {clock} clock)"
+            ),
+            target=HOOK_TARGETS,
+        )
+    )
+    rows = []
+    for name, base in ((OTEL_NONE, NOP_HOOK), (OTEL_SDK, NOP_HOOK), (OTEL_SDK, NO_HOOKS)):
+        added = [a - b for a, b in zip(res[name].samples, res[base].samples, strict=True)]
+        rows.append([name, base, fmt_ns(summarize(added)[0])])
+    print("Added per call, paired per round:\n")
+    print(markdown_table(["variant", "minus", "ns/call"], rows))
+    print(
+        "\nThe SDK's own floor (a span with four events, exported synchronously) is timed in "
+        "the same rounds: what any OpenTelemetry hook on this SDK costs at least.\n"
+    )
 
 
 def sdk_invoke() -> Any:
@@ -325,6 +468,12 @@ async def main() -> None:
     if "--profile" in sys.argv:
         await profile()
         return
+    if "--hooks" in sys.argv:
+        sys.argv.remove("--hooks")
+        hook_args = parse_args(__doc__ or "")
+        print(header())
+        await hook_cost(hook_args, hook_args.clock or "cpu")
+        return
     if "--floors" in sys.argv:
         sys.argv.remove("--floors")
         await floors(parse_args(__doc__ or ""))
@@ -368,6 +517,7 @@ async def main() -> None:
     print("Overhead = ours - floor (the tool body awaited directly), paired per round:\n")
     print(markdown_table(["variant", "overhead ns/call", "spread"], rows))
     print()
+    await hook_cost(args, clock)
 
     # -- Runner.run: the marginal cost of one tool call in a full SDK run ----------------
     runner_rounds = 3 if args.quick else 7

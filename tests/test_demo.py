@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -503,10 +504,30 @@ def test_demo_hint_commands_run_as_printed(tmp_path: Path, on_path: bool) -> Non
     actions = ("show", "audit", "verify", "export")
     assert lines[start + 1 :] == [
         *(f"  {prefix} ledger {action} --db {db}" for action in actions),
+        "review approvals in a browser (the approval inbox; Ctrl-C stops it):",
+        f"  {prefix} approvals serve --db {db}",
         *advice,
     ]
     statuses = [(run(shlex.split(line)).returncode, line) for line in lines[start + 1 : start + 5]]
     assert statuses == [(0, line) for line in lines[start + 1 : start + 5]]
+    # The inbox command starts as printed (on a free port: 8765 may be taken here), prints
+    # where it serves once it listens, and stops cleanly on Ctrl-C.
+    serve = [*shlex.split(lines[start + 6]), "--port", "0"]
+    inbox = subprocess.Popen(
+        serve,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert inbox.stdout is not None
+    first = inbox.stdout.readline()
+    inbox.send_signal(signal.SIGINT)
+    rest, err = inbox.communicate(timeout=TIMEOUT_S)
+    assert first.startswith(f"approval inbox of {db} at http://127.0.0.1:")
+    assert (inbox.returncode, err, rest.splitlines()[-1]) == (0, "", "stopped")
     if not on_path:
         bash = shutil.which("bash")
         assert bash is not None

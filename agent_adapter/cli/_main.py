@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from ..errors import AdapterError, LedgerError, ToolUsageError
 from ..ledger import LOCK_TIMEOUT_S
+from ._inbox import cmd_approvals_serve
 from ._ledger import (
     cmd_ledger_audit,
     cmd_ledger_export,
@@ -414,6 +415,43 @@ def _approvals_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
                 help="approve other arguments: VALUE is JSON or text; repeatable",
             )
         answer.set_defaults(handler=handler)
+    serve = leaf(
+        actions,
+        "serve",
+        "the approval inbox: a web page to approve, deny or edit open requests",
+        description=(
+            "Serve one web page of the open requests (tool, run, call, arguments with "
+            "redactions, digest, age) and the recent decisions; a reviewer approves, "
+            "denies or edits them, and new requests appear without a reload. Every "
+            "request needs the token printed at start (or the one in --token-file)."
+        ),
+        epilog=_epilog(
+            "approvals serve --db ledger.db",
+            "approvals serve --db ledger.db --port 9000 --token-file inbox.token",
+            note=(
+                "Binds 127.0.0.1 unless --host says otherwise: anyone who can reach the "
+                "port and has the token can decide. Needs the web extra (pip install "
+                "'agent-adapter[web]'). " + _GLOBAL_NOTE
+            ),
+        ),
+    )
+    _add_db(serve)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=8765,
+        help="the port to listen on, 0 for any free one (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="read the bearer token from FILE (one word, 16 characters or more) "
+        "instead of making one up and printing it",
+    )
+    serve.set_defaults(handler=cmd_approvals_serve)
 
 
 _REQUEST_ID_HELP = (
@@ -509,7 +547,7 @@ def _check_text(args: argparse.Namespace) -> None:
 # Positional arguments, named as in the usage line (the others are options).
 _POSITIONAL = frozenset({"request_id", "key"})
 # Paths only Python opens (any bytes the file system takes are fine).
-_READ_BY_PYTHON = frozenset({"key_file"})
+_READ_BY_PYTHON = frozenset({"key_file", "token_file"})
 
 
 def _error(message: str) -> int:
