@@ -59,7 +59,14 @@ def _value(result: types.CallToolResult) -> Any:
     }
 
 
-def _body(upstream: Any, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
+class _Link:
+    """What the gateway knows about one upstream connection: whether it saw it close."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
+def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
     timeout = policy.timeout if policy.timeout is not None else DEFAULT_TIMEOUT_S
     safe = policy.not_executed_on_error
 
@@ -68,6 +75,9 @@ def _body(upstream: Any, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
         return ToolError(message) if safe else UpstreamError(message)
 
     async def call_upstream(**args: Any) -> Any:
+        if link.closed:
+            # Seen closed by an earlier call: this one is never sent.
+            raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
         call = current_call()
         meta = {} if call is None else {META_CALL_ID: call.ctx.call_id, META_RUN_ID: call.ctx.run_id}
         try:
@@ -80,7 +90,9 @@ def _body(upstream: Any, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
                 f"upstream {tool} did not answer within {timeout:g} s; it may have run"
             ) from None
         except MCPError as exc:
-            if exc.error.code in PRE_DISPATCH_CODES:
+            if exc.error.code == types.CONNECTION_CLOSED:
+                link.closed = True  # this call may have reached it; the next ones cannot
+            elif exc.error.code in PRE_DISPATCH_CODES:
                 raise ToolError(f"upstream {tool} refused the call: {exc}") from None
             raise unknown(f"upstream {tool}: error {exc.error.code}: {exc}") from None
         except anyio.ClosedResourceError:
@@ -139,6 +151,7 @@ async def proxy(
                 f"with the registry tool {prefix + tool.name!r}; pass a prefix"
             )
     entries: list[tuple[str, dict[str, Any], Any, dict[str, Any]]] = []
+    link = _Link()
     for tool in tools:
         rule = policies.get(tool.name, ToolPolicy())
         options: dict[str, Any] = {
@@ -148,7 +161,7 @@ async def proxy(
             "effect": rule.effect,
             "readonly": rule.readonly,
         }
-        entries.append((prefix + tool.name, tool.input_schema, _body(upstream, tool.name, rule), options))
+        entries.append((prefix + tool.name, tool.input_schema, _body(upstream, link, tool.name, rule), options))
     scratch = Registry()
     for name, schema, body, options in entries:
         # Checked in a scratch registry first: one bad schema or policy registers nothing.
