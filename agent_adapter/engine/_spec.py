@@ -349,8 +349,8 @@ class Registry:
         name and ``description`` to its docstring. Returns the ``ToolSpec``. ``targets``
         names bridges (``"mcp"``, ``"openai_agents"``, ``"temporal"``; another name is a
         ``ToolUsageError``). ``readonly=True`` says the tool changes nothing (exported to
-        MCP clients as ``readOnlyHint``); it grants nothing by itself. A parameter without a type annotation accepts any JSON value:
-        allowed, with an ``UnannotatedToolWarning``.
+        MCP clients as ``readOnlyHint``); it grants nothing by itself. A parameter without
+        a type annotation accepts any JSON value: allowed, with an ``UnannotatedToolWarning``.
         """
 
         def register(func: Callable[..., Any], *, stacklevel: int = 2) -> ToolSpec:

@@ -69,7 +69,9 @@ async def test_tools_list_exports_the_mcp_tools_with_their_schema_and_hints() ->
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_an_accepted_elicitation_runs_the_call_once_with_the_approved_digest(mode: str) -> None:
+async def test_an_accepted_elicitation_runs_the_call_once_with_the_approved_digest(
+    mode: str,
+) -> None:
     """Accept: the person sees the tool and its arguments; the approval binds the digest."""
     server, executor, ran = gateway()
     answers = Answers(accept())
@@ -112,7 +114,9 @@ ANSWERS = {
 
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("name", sorted(ANSWERS))
-async def test_anything_but_an_approving_accept_denies_and_never_starts(mode: str, name: str) -> None:
+async def test_anything_but_an_approving_accept_denies_and_never_starts(
+    mode: str, name: str
+) -> None:
     """Decline, cancel, approve: false and an answer off the form are approval-denied."""
     answer, reason = ANSWERS[name]
     server, executor, ran = gateway()
@@ -178,7 +182,9 @@ async def test_an_unknown_or_unexported_tool_is_a_json_rpc_error(mode: str, name
 async def test_a_duplicate_refund_is_an_is_error_result_and_runs_once(mode: str) -> None:
     """The second refund of one order: duplicate-effect as a result, the body ran once."""
     server, executor, ran = gateway()
-    async with Client(server, mode=mode, elicitation_callback=Answers(accept(), accept())) as client:
+    async with Client(
+        server, mode=mode, elicitation_callback=Answers(accept(), accept())
+    ) as client:
         first = await client.call_tool("refund", REFUND)
         second = await client.call_tool("refund", REFUND)
     assert first.is_error is False
@@ -231,10 +237,14 @@ async def test_a_pinned_call_id_retried_is_answered_from_the_ledger(mode: str) -
     async with Client(server, mode=mode, elicitation_callback=answers) as client:
         first = await client.call_tool("refund", REFUND, meta=meta)
         again = await client.call_tool("refund", REFUND, meta=meta)
-    assert first.structured_content == again.structured_content == {
-        "refunded": 500,
-        "order_id": "A1",
-    }
+    assert (
+        first.structured_content
+        == again.structured_content
+        == {
+            "refunded": 500,
+            "order_id": "A1",
+        }
+    )
     assert ran == [REFUND]
     assert len(answers.asked) == 1
     assert await by_call(executor.ledger) == {"c-1": [*APPROVED, "call.replayed"]}
@@ -272,8 +282,10 @@ async def test_two_connections_whose_first_calls_share_json_rpc_id_1_are_two_cal
     assert (a.structured_content, b.structured_content) == ({"result": "same"}, {"result": "same"})
     assert ran == ["same", "same"]
     calls = await by_call(executor.ledger)
-    assert list(calls.values()) == [["call.requested", "call.validated", "call.started",
-                                     "call.succeeded"]] * 2
+    assert (
+        list(calls.values())
+        == [["call.requested", "call.validated", "call.started", "call.succeeded"]] * 2
+    )
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -287,11 +299,15 @@ async def test_a_confirm_rule_asks_only_when_it_requires_approval(mode: str) -> 
 
     executor = Executor(registry, ledger=MemoryLedger())
     answers = Answers(accept())
-    async with Client(mcp_server(registry, executor=executor), mode=mode,
-                      elicitation_callback=answers) as client:
+    async with Client(
+        mcp_server(registry, executor=executor), mode=mode, elicitation_callback=answers
+    ) as client:
         small = await client.call_tool("refund", {"order_id": "A", "amount_cents": 10})
         large = await client.call_tool("refund", {"order_id": "B", "amount_cents": 5000})
-    assert (small.structured_content, large.structured_content) == ({"result": 10}, {"result": 5000})
+    assert (small.structured_content, large.structured_content) == (
+        {"result": 10},
+        {"result": 5000},
+    )
     assert [a.message for a in answers.asked] == [
         'Approve refund with {"amount_cents":5000,"order_id":"B"}?'
     ]
@@ -299,7 +315,7 @@ async def test_a_confirm_rule_asks_only_when_it_requires_approval(mode: str) -> 
 
 async def test_a_client_without_elicitation_meets_the_executors_port() -> None:
     """No elicitation and no port: denied by the executor (no approver), never started."""
-    server, executor, ran = gateway()
+    server, _, ran = gateway()
     async with Client(server, mode="2026-07-28") as client:
         result = await client.call_tool("refund", REFUND)
     assert result.is_error is True
@@ -382,7 +398,9 @@ async def test_a_forged_or_expired_request_state_never_runs_nor_records(how: str
         if how == "forged":
             state = '{"call_id":"c","run_id":"r","digest":"' + digest(REFUND) + '","nonce":"n"}'
         elif how == "other key":
-            async with Client(other, mode="2026-07-28", elicitation_callback=Answers()) as elsewhere:
+            async with Client(
+                other, mode="2026-07-28", elicitation_callback=Answers()
+            ) as elsewhere:
                 state = (await first_round(elsewhere)).request_state or ""
         else:
             state = (await first_round(client)).request_state or ""

@@ -64,8 +64,12 @@ async def test_a_proxied_upstream_runs_through_the_executor(tmp_path: Path, mode
             refused = await client.call_tool("docs.delete_document", {"doc_id": "d2"})
             invalid = await client.call_tool("docs.delete_document", {"doc_id": 7})
     assert sorted(tools) == [
-        "docs.charge", "docs.crash", "docs.delete_document", "docs.hang",
-        "docs.search_documents", "lookup",
+        "docs.charge",
+        "docs.crash",
+        "docs.delete_document",
+        "docs.hang",
+        "docs.search_documents",
+        "lookup",
     ]
     # The upstream's readOnlyHint is not passed on (untrusted); its destructiveHint adds
     # an approval, exported as destructiveHint by the gateway.
@@ -115,7 +119,11 @@ async def test_not_executed_on_error_frees_the_key(tmp_path: Path) -> None:
             again = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
     for result in (first, again):
         assert result.structured_content == {
-            "error": {"kind": "tool-error", "message": "upstream charge reported an error: Error executing tool charge: card declined"}
+            "error": {
+                "kind": "tool-error",
+                "message": "upstream charge reported an error: "
+                "Error executing tool charge: card declined",
+            }
         }
     assert len(ran(log)) == 2
     assert executor.ambiguous_effects() == {}
@@ -128,7 +136,10 @@ async def test_an_upstream_that_hangs_is_bounded_by_the_tools_timeout(tmp_path: 
         async with Client(server, mode="legacy") as client:
             result = await client.call_tool("docs.hang", {"order_id": "A1"})
     assert result.structured_content == {
-        "error": {"kind": "tool-timeout", "message": "upstream hang did not answer within 0.5 s; it may have run"}
+        "error": {
+            "kind": "tool-timeout",
+            "message": "upstream hang did not answer within 0.5 s; it may have run",
+        }
     }
     assert ran(log) == ['hang {"order_id": "A1"}']
     assert sorted(executor.ambiguous_effects()) == ["hang:A1"]
@@ -145,7 +156,8 @@ async def test_an_upstream_that_crashes_mid_call(tmp_path: Path) -> None:
     assert crashed.structured_content == {
         "error": {
             "kind": "tool-failed",
-            "message": "docs.crash failed: UpstreamError: upstream crash: error -32000: Connection closed",
+            "message": "docs.crash failed: UpstreamError: upstream crash: error -32000: "
+            "Connection closed",
         }
     }
     assert after.structured_content == {
@@ -163,10 +175,12 @@ async def test_an_upstream_that_crashes_mid_call(tmp_path: Path) -> None:
     assert [(p.kind, p.key) for p in problems] == [("ambiguous", "crash:A1")]
 
 
-async def test_the_policy_relaxes_or_adds_approval_and_upstream_hints_only_add(tmp_path: Path) -> None:
+async def test_the_policy_relaxes_or_adds_approval_and_upstream_hints_only_add(
+    tmp_path: Path,
+) -> None:
     """confirm=False (operator) relaxes the upstream's destructive hint; confirm=True adds."""
     policy = {"delete_document": {"confirm": False}, "search_documents": {"confirm": True}}
-    async with gateway(tmp_path, policy) as (server, executor, _):
+    async with gateway(tmp_path, policy) as (_, executor, _):
         specs = {s.name: s.confirm for s in executor.registry}
     assert specs == {
         "lookup": False,
@@ -195,7 +209,9 @@ async def test_a_name_collision_is_refused_at_start_naming_both(tmp_path: Path) 
         "upstream tool 'search_documents' (exported as 'search_documents') collides with the "
         "registry tool 'search_documents'; pass a prefix"
     )
-    assert str(unknown.value).startswith("the policy names tools the upstream does not have: ['serch']")
+    assert str(unknown.value).startswith(
+        "the policy names tools the upstream does not have: ['serch']"
+    )
     assert [s.name for s in registry] == ["search_documents"]
 
 

@@ -74,7 +74,9 @@ def can_elicit(session: Any) -> bool:
     return form is not None or url is None
 
 
-async def needs_approval(spec: ToolSpec, args: dict[str, Any], digest: str, ctx: CallContext) -> bool:
+async def needs_approval(
+    spec: ToolSpec, args: dict[str, Any], digest: str, ctx: CallContext
+) -> bool:
     """Whether ``spec.confirm`` requires approval for these validated arguments.
 
     A rule is asked with a ``Call`` built like the executor's; a rule that fails asks
@@ -143,8 +145,12 @@ def _as_result(answer: Any) -> types.ElicitResult:
         try:
             return types.ElicitResult.model_validate(answer)
         except Exception as exc:
-            raise ValueError(f"the elicitation answer is not an elicitation result: {exc}") from None
-    raise ValueError(f"the elicitation answer is not an elicitation result ({type(answer).__name__})")
+            raise ValueError(
+                f"the elicitation answer is not an elicitation result: {exc}"
+            ) from None
+    raise ValueError(
+        f"the elicitation answer is not an elicitation result ({type(answer).__name__})"
+    )
 
 
 def _form_problem(content: Any) -> str | None:

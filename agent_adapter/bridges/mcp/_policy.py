@@ -38,7 +38,9 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     readonly: bool = False
 
 
-def parse_policy(policy: Mapping[str, Any] | None, *, source: str = "policy") -> dict[str, ToolPolicy]:
+def parse_policy(
+    policy: Mapping[str, Any] | None, *, source: str = "policy"
+) -> dict[str, ToolPolicy]:
     """``{upstream tool name: ToolPolicy}`` from ToolPolicy values or plain mappings.
 
     Raises ToolUsageError naming the tool and the field for an unknown field or a wrong
@@ -47,7 +49,9 @@ def parse_policy(policy: Mapping[str, Any] | None, *, source: str = "policy") ->
     if policy is None:
         return {}
     if not isinstance(policy, Mapping):
-        raise ToolUsageError(f"{source}: expected a mapping of tool names, not {type(policy).__name__}")
+        raise ToolUsageError(
+            f"{source}: expected a mapping of tool names, not {type(policy).__name__}"
+        )
     parsed: dict[str, ToolPolicy] = {}
     for tool, entry in policy.items():
         if isinstance(entry, ToolPolicy):

@@ -79,7 +79,9 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
             # Seen closed by an earlier call: this one is never sent.
             raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
         call = current_call()
-        meta = {} if call is None else {META_CALL_ID: call.ctx.call_id, META_RUN_ID: call.ctx.run_id}
+        meta = (
+            {} if call is None else {META_CALL_ID: call.ctx.call_id, META_RUN_ID: call.ctx.run_id}
+        )
         try:
             async with asyncio.timeout(timeout):
                 result = await upstream.call_tool(tool, args, meta=meta)
@@ -97,7 +99,9 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
             raise unknown(f"upstream {tool}: error {exc.error.code}: {exc}") from None
         except anyio.ClosedResourceError:
             # Our side of the connection was already closed: nothing was sent.
-            raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent") from None
+            raise ToolError(
+                f"upstream {tool}: the connection is closed; nothing was sent"
+            ) from None
         except Exception as exc:
             raise unknown(f"upstream {tool}: {type(exc).__name__}: {exc}") from None
         if not isinstance(result, types.CallToolResult):
@@ -115,7 +119,9 @@ def _confirm(tool: types.Tool, policy: ToolPolicy) -> bool:
         return policy.confirm  # the operator's word, the only one that may relax it
     hints = tool.annotations
     # Untrusted hints may only add: an explicit destructiveHint on a tool not read-only.
-    return bool(hints is not None and hints.destructive_hint is True and hints.read_only_hint is not True)
+    return bool(
+        hints is not None and hints.destructive_hint is True and hints.read_only_hint is not True
+    )
 
 
 async def proxy(
@@ -141,8 +147,7 @@ async def proxy(
     missing = sorted(set(policies) - names)
     if missing:
         raise ToolUsageError(
-            f"the policy names tools the upstream does not have: {missing}; "
-            f"it has {sorted(names)}"
+            f"the policy names tools the upstream does not have: {missing}; it has {sorted(names)}"
         )
     for tool in tools:
         if prefix + tool.name in registry:
@@ -161,7 +166,9 @@ async def proxy(
             "effect": rule.effect,
             "readonly": rule.readonly,
         }
-        entries.append((prefix + tool.name, tool.input_schema, _body(upstream, link, tool.name, rule), options))
+        entries.append(
+            (prefix + tool.name, tool.input_schema, _body(upstream, link, tool.name, rule), options)
+        )
     scratch = Registry()
     for name, schema, body, options in entries:
         # Checked in a scratch registry first: one bad schema or policy registers nothing.

@@ -197,9 +197,7 @@ class _Gateway:
                         decision = answer_decision(answer, call_digest, reviewer)
                     else:
                         decision = await _ask_now(ctx, spec, validated, call_digest, reviewer)
-        call_ctx = CallContext(
-            run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA
-        )
+        call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
         task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
         self.running.add(task)
         task.add_done_callback(self._done)
