@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import mcp_types as types
@@ -429,3 +430,33 @@ async def test_a_retry_without_the_answer_is_asked_again() -> None:
     assert again.request_state != asked.request_state
     assert ran == []
     assert await events_of(executor.ledger) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize(
+    ("args", "got"), [([1, 2], "array"), ('{"order_id": "A1"}', "str"), (5, "int")]
+)
+async def test_arguments_that_are_not_an_object_are_invalid_arguments(
+    mode: str, args: Any, got: str
+) -> None:
+    """Not a JSON-RPC error: tool-args-invalid, recorded as call.invalid, nobody asked."""
+    server, executor, ran = gateway()
+    answers = Answers(accept())
+    # Built without validation: the SDK's client would refuse to send such a request.
+    request = types.CallToolRequest.model_construct(
+        method="tools/call",
+        params=types.CallToolRequestParams.model_construct(name="refund", arguments=args),
+    )
+    async with Client(server, mode=mode, elicitation_callback=answers) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # pydantic: "unexpected value"
+            result = await client.session.send_request(request, types.CallToolResult)
+    assert result.structured_content == {
+        "error": {
+            "kind": "tool-args-invalid",
+            "message": f"invalid arguments for refund: Expected `object`, got `{got}`",
+        }
+    }
+    assert ours(result.meta) == {META_KIND: "tool-args-invalid"}
+    assert (answers.asked, ran) == ([], [])
+    assert list((await by_call(executor.ledger)).values()) == [["call.requested", "call.invalid"]]

@@ -209,6 +209,36 @@ class _Gateway:
             return refusal(exc)
         return success(value)
 
+    async def not_an_object(self, ctx: Any, call_next: Any) -> Any:
+        """Server middleware: ``tools/call`` arguments that are not an object.
+
+        The SDK would refuse them as a malformed request (a JSON-RPC error, nothing
+        recorded); for a tool the gateway exports they are the model's invalid arguments:
+        an ``isError`` tool-args-invalid result, recorded as ``call.invalid``, nobody asked.
+        """
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        args = params.get("arguments")
+        name = params.get("name")
+        if args is None or isinstance(args, Mapping) or not isinstance(name, str):
+            return await call_next(ctx)
+        spec = self._spec(name)
+        meta = params.get("_meta")
+        meta = meta if isinstance(meta, Mapping) else {}
+        call_ctx = CallContext(
+            run_id=_pinned(meta, META_RUN_ID) or _fresh("run"),
+            call_id=_pinned(meta, META_CALL_ID) or _fresh("call"),
+            metadata=METADATA,
+        )
+        try:
+            # As the JSON text the client sent: a string is not an object either (given as
+            # a str, run_spec would parse it as JSON arguments).
+            value = await self.executor.run_spec(spec, _encode(args), call_ctx)
+        except AdapterError as exc:
+            return refusal(exc)
+        return success(value)  # (a replayed pinned call: the recorded value)
+
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.running.discard(task)
         if not task.cancelled():
@@ -308,6 +338,7 @@ def mcp_server(
     # The low-level Server does not seal requestState by itself: without this boundary a
     # client could forge the call id and digest it echoes.
     server.middleware.append(RequestStateBoundary(security, default_audience=name))
+    server.middleware.append(gateway.not_an_object)
     server.agent_adapter_gateway = gateway  # type: ignore[attr-defined]
     return server
 
