@@ -530,6 +530,12 @@ def _mcp_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
         "(':PORT' binds 127.0.0.1; port 0 picks a free one, printed on stderr)",
     )
     serve.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="the run of calls whose client sends no io.agent-adapter/run-id (default: one "
+        "run per process over stdio, a fresh run per call over HTTP)",
+    )
+    serve.add_argument(
         "--name", default="agent-adapter", metavar="NAME", help="the server's name (agent-adapter)"
     )
     serve.set_defaults(handler=cmd_mcp_serve)

@@ -14,6 +14,7 @@ import os
 import shlex
 import socket
 import sys
+import uuid
 from pathlib import Path
 from typing import IO, Any
 
@@ -135,7 +136,11 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
                 await proxy(registry, upstream, prefix=args.prefix, policy=policy)
             if not _exports(registry):
                 raise CliError("no tools to serve: pass --tools MODULE:ATTR or an upstream")
-            server = mcp_server(registry, executor=executor, name=args.name)
+            # Over stdio the process has exactly one client (the host that started it): its
+            # calls are one run, so the next identical call after an out-of-band answer
+            # finds the decision. Over HTTP clients share the process: a run per call.
+            run_id = args.run_id or (None if http else f"mcp-serve-{uuid.uuid4().hex[:12]}")
+            server = mcp_server(registry, executor=executor, name=args.name, default_run_id=run_id)
             try:
                 if http is None:
                     await _serve_stdio(server)

@@ -35,7 +35,7 @@ from ...engine import (
     digest,
     get_default_executor,
 )
-from ...errors import AdapterError, ToolArgsInvalid
+from ...errors import AdapterError, ToolArgsInvalid, ToolUsageError
 from ._approval import (
     METADATA,
     CallState,
@@ -113,9 +113,16 @@ class _Gateway:
     """One server's handlers and its record of used request states."""
 
     def __init__(
-        self, registry: Registry, executor: Executor, *, elicit: bool, state_ttl_s: float
+        self,
+        registry: Registry,
+        executor: Executor,
+        *,
+        elicit: bool,
+        state_ttl_s: float,
+        default_run_id: str | None = None,
     ) -> None:
         self.registry = registry
+        self.default_run_id = default_run_id
         self.executor = executor
         self.elicit = elicit
         self.state_ttl_s = state_ttl_s
@@ -172,7 +179,7 @@ class _Gateway:
             call_id, run_id = state.call_id, state.run_id
         else:
             call_id = pinned_call or _fresh("call")
-            run_id = pinned_run or _fresh("run")
+            run_id = pinned_run or self.default_run_id or _fresh("run")
         args = _sized(params.arguments if params.arguments is not None else {})
         ctx_ids = CallContext(run_id=run_id, call_id=call_id, metadata=METADATA)
         decision: Decision | None = None
@@ -227,7 +234,7 @@ class _Gateway:
         meta = params.get("_meta")
         meta = meta if isinstance(meta, Mapping) else {}
         call_ctx = CallContext(
-            run_id=_pinned(meta, META_RUN_ID) or _fresh("run"),
+            run_id=_pinned(meta, META_RUN_ID) or self.default_run_id or _fresh("run"),
             call_id=_pinned(meta, META_CALL_ID) or _fresh("call"),
             metadata=METADATA,
         )
@@ -316,6 +323,7 @@ def mcp_server(
     name: str = "agent-adapter",
     elicit: bool = True,
     request_state: RequestStateSecurity | None = None,
+    default_run_id: str | None = None,
 ) -> Server[Any]:
     """An MCP ``Server`` (the SDK's low-level one) exporting ``registry``'s MCP tools.
 
@@ -326,12 +334,23 @@ def mcp_server(
     (``DeferredApproval``: the result is approval-pending with its ``request_id``).
     ``request_state`` protects the 2026-07-28 state (default: a key of this process, so a
     state does not survive a restart; pass ``RequestStateSecurity(keys=[...])`` for
-    several replicas). Serve it with ``server.run(...)`` (stdio) or
+    several replicas). ``default_run_id`` is the run of calls whose client sends no
+    ``io.agent-adapter/run-id`` (None: a fresh run per call); give one only when the
+    server has one client (stdio), since a run shares limits and deferred decisions.
+    Serve it with ``server.run(...)`` (stdio) or
     ``server.streamable_http_app()``.
     """
     executor = executor if executor is not None else get_default_executor()
     security = request_state if request_state is not None else RequestStateSecurity.ephemeral()
-    gateway = _Gateway(registry, executor, elicit=elicit, state_ttl_s=security.ttl)
+    if default_run_id is not None and (not isinstance(default_run_id, str) or not default_run_id):
+        raise ToolUsageError("default_run_id must be non-empty text or None")
+    gateway = _Gateway(
+        registry,
+        executor,
+        elicit=elicit,
+        state_ttl_s=security.ttl,
+        default_run_id=default_run_id,
+    )
     server: Server[Any] = Server(
         name, on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool
     )
