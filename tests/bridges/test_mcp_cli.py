@@ -239,3 +239,43 @@ def test_bad_setup_is_one_line_and_no_traceback(tmp_path: Path, name: str) -> No
     assert len(lines) == 1, result.stderr
     assert message in lines[0]
     assert "Traceback" not in result.stderr
+
+
+async def test_a_gateway_in_front_of_a_gateway_over_upstream_url(tmp_path: Path) -> None:
+    """stdio `mcp serve --upstream-url` → HTTP `mcp serve --tools`: the ids travel, runs once."""
+    log = tmp_path / "ran.log"
+    inner, url = await start_http(
+        "--db", str(tmp_path / "inner.db"), "--tools", "_mcp_tools:registry", log=log
+    )
+    try:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=[
+                "-m",
+                "agent_adapter.cli",
+                "mcp",
+                "serve",
+                "--db",
+                str(tmp_path / "outer.db"),
+                "--upstream-url",
+                url,
+                "--prefix",
+                "shop.",
+            ],
+            env=env(log),
+            cwd=str(HERE),
+        )
+        async with Client(params, mode="legacy") as client:
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            found = await client.call_tool("shop.lookup", {"order_id": "A1"})
+    finally:
+        inner.terminate()
+        await inner.wait()
+    assert tools == ["shop.lookup", "shop.refund"]
+    assert found.structured_content == {"result": "order A1: shipped"}
+    outer_events, outer = await audit_of(tmp_path / "outer.db")
+    inner_events, inner_audit = await audit_of(tmp_path / "inner.db")
+    assert (outer.problems(), inner_audit.problems()) == ([], [])
+    # The inner gateway records the call under the outer one's ids.
+    ids = {(e.run_id, e.call_id) for e in outer_events if e.type == "call.requested"}
+    assert {(e.run_id, e.call_id) for e in inner_events if e.type == "call.requested"} == ids
