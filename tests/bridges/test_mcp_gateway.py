@@ -183,9 +183,8 @@ async def test_an_unknown_or_unexported_tool_is_a_json_rpc_error(mode: str, name
 async def test_a_duplicate_refund_is_an_is_error_result_and_runs_once(mode: str) -> None:
     """The second refund of one order: duplicate-effect as a result, the body ran once."""
     server, executor, ran = gateway()
-    async with Client(
-        server, mode=mode, elicitation_callback=Answers(accept(), accept())
-    ) as client:
+    answers = Answers(accept(), accept())
+    async with Client(server, mode=mode, elicitation_callback=answers) as client:
         first = await client.call_tool("refund", REFUND)
         second = await client.call_tool("refund", REFUND)
     assert first.is_error is False
@@ -193,9 +192,16 @@ async def test_a_duplicate_refund_is_an_is_error_result_and_runs_once(mode: str)
     assert ours(second.meta) == {META_KIND: "duplicate-effect"}
     assert (second.structured_content or {})["error"]["kind"] == "duplicate-effect"
     assert ran == [REFUND]
-    assert [t[-1] for t in (await by_call(executor.ledger)).values()] == [
-        "call.succeeded",
-        "call.duplicate",
+    calls = await by_call(executor.ledger)
+    assert [t[-1] for t in calls.values()] == ["call.succeeded", "call.duplicate"]
+    # The person is told why approving cannot make the repeat run (told only: the
+    # executor's effect check refuses it).
+    first_id = next(iter(calls))
+    (run_id,) = {e.run_id for e in await events_of(executor.ledger) if e.call_id == first_id}
+    assert [a.message for a in answers.asked] == [
+        'Approve refund with {"amount_cents":500,"order_id":"A1"}?',
+        'Approve refund with {"amount_cents":500,"order_id":"A1"}? (Note: refund:A1 is '
+        f"already committed by call {first_id} (run {run_id}): approving cannot make it run.)",
     ]
     await checked_audit(executor.ledger)
 

@@ -14,7 +14,8 @@ from typing import Any
 import mcp_types as types
 import msgspec
 
-from ...engine import Call, CallContext, Decision, ToolSpec
+from ...engine import Call, CallContext, Decision, Executor, ToolSpec
+from ...engine._approval import effect_notice
 from ...engine._redaction import redacted
 from ._names import APPROVAL_SCHEMA, NAME
 
@@ -23,6 +24,7 @@ __all__ = [
     "answer_decision",
     "can_elicit",
     "form_message",
+    "key_notice",
     "needs_approval",
     "read_state",
 ]
@@ -97,12 +99,29 @@ async def needs_approval(
     return bool(answer)
 
 
-def form_message(spec: ToolSpec, args: dict[str, Any]) -> str:
-    """What the person reads: the tool and its validated arguments, redacted values hidden."""
+def form_message(spec: ToolSpec, args: dict[str, Any], notice: str | None = None) -> str:
+    """What the person reads: the tool and its validated arguments, redacted values hidden;
+    then, when the call's effect key is not free, why approving cannot make it run."""
     shown = _encode(redacted(args, spec.redact)).decode()
     if len(shown) > _MESSAGE_ARGS_CHARS:
         shown = shown[:_MESSAGE_ARGS_CHARS] + f"... ({len(shown)} characters)"
-    return f"Approve {spec.name} with {shown}?"
+    message = f"Approve {spec.name} with {shown}?"
+    return f"{message} (Note: {notice}.)" if notice else message
+
+
+def key_notice(executor: Executor, spec: ToolSpec, args: dict[str, Any]) -> str | None:
+    """The sentence a port's reviewer reads about the call's effect key, or None when free.
+
+    Only told, as a port's reviewer is: the executor's effect check decides.
+    """
+    try:
+        key = spec.effect_key(args)
+    except Exception:
+        return None  # the executor records the template's failure itself
+    held = executor.state.effects.get(key) if key is not None else None
+    if held is None:
+        return None
+    return effect_notice(key, held.status, held.run_id, held.call_id)
 
 
 def answer_decision(answer: Any, digest: str, reviewer: str) -> Decision:

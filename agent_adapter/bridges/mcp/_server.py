@@ -42,6 +42,7 @@ from ._approval import (
     answer_decision,
     can_elicit,
     form_message,
+    key_notice,
     needs_approval,
     read_state,
 )
@@ -197,13 +198,16 @@ class _Gateway:
                 call_digest = digest(validated)
                 if await needs_approval(spec, validated, call_digest, ctx_ids):
                     reviewer = _reviewer(ctx)
+                    message = form_message(
+                        spec, validated, key_notice(self.executor, spec, validated)
+                    )
                     if modern:
                         answer = (params.input_responses or {}).get(_APPROVAL_KEY)
                         if state is None or answer is None or state.digest != call_digest:
-                            return _ask_later(spec, validated, call_id, run_id, call_digest)
+                            return _ask_later(message, call_id, run_id, call_digest)
                         decision = answer_decision(answer, call_digest, reviewer)
                     else:
-                        decision = await _ask_now(ctx, spec, validated, call_digest, reviewer)
+                        decision = await _ask_now(ctx, message, call_digest, reviewer)
         call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
         task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
         self.running.add(task)
@@ -279,7 +283,7 @@ def _reviewer(ctx: Any) -> str:
 
 
 def _ask_later(
-    spec: ToolSpec, validated: dict[str, Any], call_id: str, run_id: str, call_digest: str
+    message: str, call_id: str, run_id: str, call_digest: str
 ) -> types.InputRequiredResult:
     # 2026-07-28: the request returns; the client asks the person and retries with the
     # answer and this state (sealed by the boundary, spent on first use).
@@ -287,7 +291,7 @@ def _ask_later(
         input_requests={
             _APPROVAL_KEY: types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
-                    message=form_message(spec, validated), requested_schema=APPROVAL_SCHEMA
+                    message=message, requested_schema=APPROVAL_SCHEMA
                 )
             )
         },
@@ -295,13 +299,11 @@ def _ask_later(
     )
 
 
-async def _ask_now(
-    ctx: Any, spec: ToolSpec, validated: dict[str, Any], call_digest: str, reviewer: str
-) -> Decision:
+async def _ask_now(ctx: Any, message: str, call_digest: str, reviewer: str) -> Decision:
     # Up to 2025-11-25: elicitation/create nested inside the running tools/call.
     try:
         answer = await ctx.session.elicit_form(
-            message=form_message(spec, validated),
+            message=message,
             requested_schema=APPROVAL_SCHEMA,
             related_request_id=ctx.request_id,
         )
