@@ -13,7 +13,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_helpers import Answers, accept, build_registry, by_call, checked_audit, events_of, ours
 
-from agent_adapter import Executor, Registry, digest
+from agent_adapter import DeferredApproval, Executor, Registry, digest
 from agent_adapter.integrations.mcp import (
     APPROVAL_SCHEMA,
     META_CALL_ID,
@@ -466,3 +466,31 @@ async def test_arguments_that_are_not_an_object_are_invalid_arguments(
     assert ours(result.meta) == {META_KIND: "tool-args-invalid"}
     assert (answers.asked, ran) == ([], [])
     assert list((await by_call(executor.ledger)).values()) == [["call.requested", "call.invalid"]]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_elicit_false_leaves_every_approval_to_the_port(mode: str) -> None:
+    """Out of band only: a client that could elicit is not asked; the deferred port holds it."""
+    registry, ran = build_registry()
+    ledger = MemoryLedger()
+    deferred = DeferredApproval(ledger)
+    executor = Executor(registry, ledger=ledger, approval=deferred)
+    server = mcp_server(registry, executor=executor, elicit=False, default_run_id="desk")
+    answers = Answers(accept())
+    async with Client(server, mode=mode, elicitation_callback=answers) as client:
+        pending = await client.call_tool("refund", REFUND)
+        (request,) = await deferred.pending()
+        await deferred.answer(request.request_id, approved=True, reviewer="alice")
+        done = await client.call_tool("refund", REFUND)
+    assert pending.structured_content == {
+        "error": {
+            "kind": "approval-pending",
+            "message": f"approval {request.request_id} for refund is pending",
+        },
+        "request_id": request.request_id,
+    }
+    assert done.structured_content == {"refunded": 500, "order_id": "A1"}
+    assert (answers.asked, ran) == ([], [REFUND])
+    # Both calls are one run (default_run_id), which is how the answer reached the second.
+    assert {e.run_id for e in await events_of(ledger)} == {"desk"}
+    await checked_audit(ledger)
