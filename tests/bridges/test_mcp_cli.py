@@ -279,3 +279,42 @@ async def test_a_gateway_in_front_of_a_gateway_over_upstream_url(tmp_path: Path)
     # The inner gateway records the call under the outer one's ids.
     ids = {(e.run_id, e.call_id) for e in outer_events if e.type == "call.requested"}
     assert {(e.run_id, e.call_id) for e in inner_events if e.type == "call.requested"} == ids
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("127.0.0.1:8765", ("127.0.0.1", 8765)),
+        (":8765", ("127.0.0.1", 8765)),
+        ("8765", ("127.0.0.1", 8765)),
+        ("[::1]:0", ("::1", 0)),
+        ("0.0.0.0:80", ("0.0.0.0", 80)),
+    ],
+)
+def test_http_binds_loopback_unless_told_otherwise(value: str, parsed: tuple[str, int]) -> None:
+    """--http without a host is 127.0.0.1; an explicit host is used as given."""
+    from agent_adapter.cli._mcp import parse_http
+
+    assert parse_http(value) == parsed
+
+
+def test_a_policy_without_an_upstream_is_refused(tmp_path: Path) -> None:
+    """The policy names upstream tools: without an upstream it is a one-line error."""
+    policy = write_policy(tmp_path / "policy.toml")
+    result = cli(
+        "mcp",
+        "serve",
+        "--db",
+        str(tmp_path / "l.db"),
+        "--tools",
+        "_mcp_tools:registry",
+        "--policy",
+        str(policy),
+        log=tmp_path / "log",
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "agent-adapter: error: --policy names upstream tools: pass --upstream or "
+        "--upstream-url too\n"
+    )
+    assert not (tmp_path / "l.db").exists()
