@@ -530,6 +530,13 @@ def _mcp_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
         "(':PORT' binds 127.0.0.1; port 0 picks a free one, printed on stderr)",
     )
     serve.add_argument(
+        "--no-elicit",
+        dest="elicit",
+        action="store_false",
+        help="never ask through the client (it may answer by itself): every approval is "
+        "pending until `agent-adapter approvals` answers it",
+    )
+    serve.add_argument(
         "--run-id",
         metavar="ID",
         help="the run of calls whose client sends no io.agent-adapter/run-id (default: one "

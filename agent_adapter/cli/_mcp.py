@@ -140,7 +140,13 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
             # calls are one run, so the next identical call after an out-of-band answer
             # finds the decision. Over HTTP clients share the process: a run per call.
             run_id = args.run_id or (None if http else f"mcp-serve-{uuid.uuid4().hex[:12]}")
-            server = mcp_server(registry, executor=executor, name=args.name, default_run_id=run_id)
+            server = mcp_server(
+                registry,
+                executor=executor,
+                name=args.name,
+                elicit=args.elicit,
+                default_run_id=run_id,
+            )
             try:
                 if http is None:
                     await _serve_stdio(server)

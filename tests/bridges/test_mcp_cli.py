@@ -318,3 +318,30 @@ def test_a_policy_without_an_upstream_is_refused(tmp_path: Path) -> None:
         "--upstream-url too\n"
     )
     assert not (tmp_path / "l.db").exists()
+
+
+async def test_no_elicit_leaves_the_approval_out_of_band(tmp_path: Path) -> None:
+    """--no-elicit: a client that could answer is never asked; the request is pending."""
+    db, log = tmp_path / "ledger.db", tmp_path / "ran.log"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "agent_adapter.cli",
+            "mcp",
+            "serve",
+            "--db",
+            str(db),
+            "--tools",
+            "_mcp_tools:registry",
+            "--no-elicit",
+        ],
+        env=env(log),
+        cwd=str(HERE),
+    )
+    answers = Answers(accept())
+    async with Client(params, mode="2026-07-28", elicitation_callback=answers) as client:
+        pending = await client.call_tool("refund", {"order_id": "A1", "amount_cents": 5})
+    assert ours(pending.meta) == {META_KIND: "approval-pending"}
+    assert answers.asked == []
+    assert not log.exists()
