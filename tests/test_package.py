@@ -27,6 +27,7 @@ PACKAGES = [
     "agent_adapter.ledger",
     "agent_adapter.hooks",
     "agent_adapter.errors",
+    "agent_adapter.testing",
 ]
 
 
@@ -35,7 +36,7 @@ def test_core_imports_without_openai_agents() -> None:
     code = (
         "import sys; sys.modules['agents'] = None; "
         "import agent_adapter, agent_adapter.ledger, agent_adapter.engine, agent_adapter.hooks, "
-        "agent_adapter.errors; "
+        "agent_adapter.errors, agent_adapter.testing; "
         "print(sorted(m for m in sys.modules if m == 'agents' or m.startswith('agents.')))"
     )
     done = subprocess.run(

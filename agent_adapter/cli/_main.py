@@ -25,6 +25,7 @@ from ._ledger import (
     cmd_ledger_verify,
 )
 from ._logging import configure_logging
+from ._mcp import cmd_mcp_serve
 from ._opening import CliError, sqlite_message
 from ._render import Style
 from ._review import (
@@ -260,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ledger_commands(commands, command, leaf)
     _approvals_commands(commands, command, leaf)
     _effects_commands(commands, command, leaf)
+    _mcp_commands(commands, command, leaf)
     return parser
 
 
@@ -511,6 +513,85 @@ def _effects_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     resolve.set_defaults(handler=cmd_effects_resolve)
 
 
+def _mcp_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
+    mcp = command(
+        commands,
+        "mcp",
+        "serve tools to MCP clients through the executor (the MCP gateway)",
+        epilog=_epilog("mcp serve --db ledger.db --upstream 'python server.py'"),
+    )
+    actions = mcp.add_subparsers(
+        dest="mcp_command", metavar="ACTION", required=True, help="what to do"
+    )
+    serve = leaf(
+        actions,
+        "serve",
+        "serve a registry and/or an upstream MCP server's tools, over stdio or HTTP",
+        description=(
+            "An MCP server whose every tool call runs through the executor and is recorded "
+            "in the --db ledger (created when missing). Tools that need approval are asked "
+            "of the person through the client's elicitation; a client that cannot ask "
+            "gets approval-pending, answered with `agent-adapter approvals approve`. "
+            "Over stdio (the default) stdout is the protocol: messages go to stderr."
+        ),
+        epilog=_epilog(
+            "mcp serve --db ledger.db --tools myapp.tools:registry",
+            "mcp serve --db ledger.db --upstream 'npx -y @acme/mcp-server' --prefix acme.",
+            "mcp serve --db ledger.db --upstream-url http://127.0.0.1:9000/mcp --policy p.toml",
+            "mcp serve --db ledger.db --tools myapp.tools:registry --http 127.0.0.1:8765",
+        ),
+    )
+    _add_db(serve)
+    serve.add_argument(
+        "--tools",
+        metavar="MODULE:ATTR",
+        help="a Registry to serve (its tools whose targets include mcp), e.g. myapp.tools:registry",
+    )
+    upstream = serve.add_mutually_exclusive_group()
+    upstream.add_argument(
+        "--upstream",
+        metavar='"CMD ARGS"',
+        help="an upstream MCP server to proxy, started as this command over stdio",
+    )
+    upstream.add_argument(
+        "--upstream-url",
+        metavar="URL",
+        help="an upstream MCP server to proxy, over streamable HTTP",
+    )
+    serve.add_argument(
+        "--prefix", default="", metavar="P", help="put P before every upstream tool's name"
+    )
+    serve.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a TOML file of per-upstream-tool confirm, effect, cache, timeout, "
+        "not_executed_on_error ([tools.NAME] tables)",
+    )
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+        "(':PORT' binds 127.0.0.1; port 0 picks a free one, printed on stderr)",
+    )
+    serve.add_argument(
+        "--no-elicit",
+        dest="elicit",
+        action="store_false",
+        help="never ask through the client (it may answer by itself): every approval is "
+        "pending until `agent-adapter approvals` answers it",
+    )
+    serve.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="the run of calls whose client sends no io.agent-adapter/run-id (default: one "
+        "run per process over stdio, a fresh run per call over HTTP)",
+    )
+    serve.add_argument(
+        "--name", default="agent-adapter", metavar="NAME", help="the server's name (agent-adapter)"
+    )
+    serve.set_defaults(handler=cmd_mcp_serve)
+
+
 def _resolve_db(args: argparse.Namespace) -> None:
     """``--db`` from ``$AGENT_ADAPTER_DB`` when not given; a usage error without either."""
     if "db" not in vars(args) or args.db is not None:
@@ -547,7 +628,7 @@ def _check_text(args: argparse.Namespace) -> None:
 # Positional arguments, named as in the usage line (the others are options).
 _POSITIONAL = frozenset({"request_id", "key"})
 # Paths only Python opens (any bytes the file system takes are fine).
-_READ_BY_PYTHON = frozenset({"key_file", "token_file"})
+_READ_BY_PYTHON = frozenset({"key_file", "token_file", "policy"})
 
 
 def _error(message: str) -> int:

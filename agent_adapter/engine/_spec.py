@@ -141,6 +141,8 @@ class ToolSpec:
     output_guards: tuple[Callable[..., Any], ...] = ()
     redact: frozenset[str] = frozenset()
     redact_result: bool = False
+    #: the tool changes nothing (MCP's ``readOnlyHint``); a hint to clients, it grants nothing
+    readonly: bool = False
     is_async: bool = True
     args_type: type[msgspec.Struct] | None = None
     validator: Any = None
@@ -302,6 +304,7 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
+        readonly: bool = False,
     ) -> ToolSpec: ...
 
     @overload
@@ -320,6 +323,7 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
+        readonly: bool = False,
     ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
 
     def tool(
@@ -337,14 +341,16 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
+        readonly: bool = False,
     ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
         """Register a sync or async function; usable bare (``@registry.tool``) or with options.
 
         The parameter schema comes from the signature; ``name`` defaults to the function's
         name and ``description`` to its docstring. Returns the ``ToolSpec``. ``targets``
         names bridges (``"mcp"``, ``"openai_agents"``, ``"temporal"``; another name is a
-        ``ToolUsageError``). A parameter without a type annotation accepts any JSON value:
-        allowed, with an ``UnannotatedToolWarning``.
+        ``ToolUsageError``). ``readonly=True`` says the tool changes nothing (exported to
+        MCP clients as ``readOnlyHint``); it grants nothing by itself. A parameter without
+        a type annotation accepts any JSON value: allowed, with an ``UnannotatedToolWarning``.
         """
 
         def register(func: Callable[..., Any], *, stacklevel: int = 2) -> ToolSpec:
@@ -366,6 +372,7 @@ class Registry:
                 output_guards=output_guards,
                 redact=redact,
                 redact_result=redact_result,
+                readonly=readonly,
                 args_type=struct,
                 untyped=untyped,
             )
@@ -391,6 +398,7 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]] = (),
         redact: Sequence[str] = (),
         redact_result: bool = False,
+        readonly: bool = False,
     ) -> ToolSpec:
         """Register a tool described by a JSON Schema (e.g. an MCP server's tool).
 
@@ -421,6 +429,7 @@ class Registry:
             output_guards=output_guards,
             redact=redact,
             redact_result=redact_result,
+            readonly=readonly,
             validator=cls(schema),
             untyped=True,
         )
@@ -441,6 +450,7 @@ class Registry:
         output_guards: Sequence[Callable[..., Any]],
         redact: Sequence[str],
         redact_result: bool,
+        readonly: bool = False,
         args_type: type[msgspec.Struct] | None = None,
         validator: Any = None,
         untyped: bool = False,
@@ -453,6 +463,8 @@ class Registry:
             raise ToolUsageError(f"a tool named {name!r} is already registered")
         if not (isinstance(confirm, bool) or callable(confirm)):
             raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
+        if type(readonly) is not bool:
+            raise ToolUsageError(f"tool {name}: readonly must be True or False")
         params = set(schema.get("properties", {}))
         bad_path = check_paths(redact)  # the syntax first: the checks below split paths
         if bad_path is not None:
@@ -502,6 +514,7 @@ class Registry:
             output_guards=check_guards(f"tool {name}: output_guards", output_guards, output=True),
             redact=frozenset(redact),
             redact_result=redact_result,
+            readonly=readonly,
             is_async=inspect.iscoroutinefunction(fn),
             args_type=args_type,
             validator=validator,

@@ -15,3 +15,18 @@ def token_clock(clock) -> Iterator[object]:  # type: ignore[no-untyped-def]
     INTEGRATION.set_clock(clock)
     yield clock
     INTEGRATION.set_clock(None)
+
+
+#: The longest one MCP test may take (a hung server, client or subprocess ends the run,
+#: with every thread's traceback, instead of hanging it).
+TEST_BOUND_S = 120
+
+
+@pytest.fixture
+def bounded() -> Iterator[None]:
+    """Bound the test in time: past ``TEST_BOUND_S`` the run stops with tracebacks."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(TEST_BOUND_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()

@@ -1,0 +1,375 @@
+"""``mcp_server``: registry tools behind the SDK's low-level ``Server``, through the executor.
+
+The gateway decides nothing: it maps an MCP ``tools/call`` onto ``Executor.run_spec``
+(ids from ``_meta`` or fresh, never the JSON-RPC id), the client's elicitation onto
+``CallContext.approval``, and every ``AdapterError`` onto an ``isError`` result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+import msgspec
+from mcp.server.lowlevel import Server
+from mcp.server.request_state import (
+    RequestStateBoundary,
+    RequestStateSecurity,
+    authenticated_principal,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ...engine import (
+    MAX_ARGS_BYTES,
+    CallContext,
+    Decision,
+    Executor,
+    Registry,
+    ToolSpec,
+    digest,
+    get_default_executor,
+)
+from ...errors import AdapterError, ToolArgsInvalid, ToolUsageError
+from ._approval import (
+    METADATA,
+    CallState,
+    answer_decision,
+    can_elicit,
+    form_message,
+    key_notice,
+    needs_approval,
+    read_state,
+)
+from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
+from ._results import refusal, success
+
+__all__ = ["drain", "exported_tools", "mcp_server"]
+
+_encode = msgspec.json.Encoder().encode
+_APPROVAL_KEY = "approval"
+#: The reviewer recorded for an elicited answer on a transport without authentication.
+ELICITATION_REVIEWER = "mcp-elicitation"
+
+
+def exported_tools(registry: Registry) -> list[types.Tool]:
+    """The ``tools/list`` entries: every tool whose ``targets`` include ``"mcp"``.
+
+    ``inputSchema`` is the registry's own schema, untouched. Annotations say what the
+    spec says: ``destructiveHint`` when the tool needs approval (any ``confirm`` but
+    False), ``idempotentHint`` when it has an effect key (a repeat has no second effect),
+    ``readOnlyHint`` only from ``Registry.tool(readonly=True)``, never guessed.
+    """
+    return [
+        types.Tool(
+            name=spec.name,
+            description=spec.description or None,
+            input_schema=spec.json_schema,
+            annotations=types.ToolAnnotations(
+                read_only_hint=spec.readonly,
+                destructive_hint=spec.confirm is not False,
+                idempotent_hint=spec.effect is not None,
+            ),
+        )
+        for spec in registry
+        if spec.exported_to(NAME)
+    ]
+
+
+def _meta_of(params: types.CallToolRequestParams) -> Mapping[str, Any]:
+    # A dict on 2026-07-28 requests, a model (extra keys in model_extra) on some legacy
+    # paths: a gateway that reads only one shape loses the pinned ids on the other.
+    meta = params.meta
+    if meta is None:
+        return {}
+    if isinstance(meta, Mapping):
+        return meta
+    return getattr(meta, "model_extra", None) or {}
+
+
+def _pinned(meta: Mapping[str, Any], key: str) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 256:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"_meta[{key!r}] must be non-empty text of at most 256 characters",
+        )
+    return value
+
+
+def _fresh(kind: str) -> str:
+    # Never the JSON-RPC id: it restarts at 1 on every connection, and the ledger would
+    # answer a second client's call 1 with the first client's result.
+    return f"mcp-{kind}-{uuid.uuid4().hex}"
+
+
+class _Gateway:
+    """One server's handlers and its record of used request states."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        executor: Executor,
+        *,
+        elicit: bool,
+        state_ttl_s: float,
+        default_run_id: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.default_run_id = default_run_id
+        self.executor = executor
+        self.elicit = elicit
+        self.state_ttl_s = state_ttl_s
+        #: nonces of request states already answered -> when they stop mattering (their
+        #: seal expires): a state is single-use, which the seal alone cannot promise
+        self.used: dict[str, float] = {}
+        #: calls running on behalf of a client; a disconnect does not cancel them
+        self.running: set[asyncio.Task[Any]] = set()
+
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        """Every exported tool, on one page (the list does not vary per connection)."""
+        return types.ListToolsResult(tools=exported_tools(self.registry))
+
+    def _spec(self, name: str) -> ToolSpec:
+        spec = self.registry.get(name) if name in self.registry else None
+        if spec is None or not spec.exported_to(NAME):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
+        return spec
+
+    def _use_state(self, plain: str) -> CallState:
+        """The state of a retry, spent now; a used or unreadable one is refused."""
+        state = read_state(plain)
+        if state is None:
+            raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
+        now = time.monotonic()
+        if len(self.used) > 1024:
+            self.used = {n: t for n, t in self.used.items() if t > now}
+        # Checked and spent with no await in between: two retries that carry one state
+        # cannot both pass, on one event loop.
+        if state.nonce in self.used:
+            raise MCPError(code=types.INVALID_PARAMS, message="requestState already used")
+        self.used[state.nonce] = now + self.state_ttl_s
+        return state
+
+    def _has_record(self, run_id: str, call_id: str) -> bool:
+        key = (run_id, call_id)
+        state = self.executor.state
+        return key in state.outcomes or key in state.inflight
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One ``tools/call``: a result for everything but an unknown tool or a bad request."""
+        spec = self._spec(params.name)
+        meta = _meta_of(params)
+        pinned_call = _pinned(meta, META_CALL_ID)
+        pinned_run = _pinned(meta, META_RUN_ID)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        state: CallState | None = None
+        if modern and params.request_state is not None:
+            state = self._use_state(params.request_state)
+            call_id, run_id = state.call_id, state.run_id
+        else:
+            call_id = pinned_call or _fresh("call")
+            run_id = pinned_run or self.default_run_id or _fresh("run")
+        args = _sized(params.arguments if params.arguments is not None else {})
+        ctx_ids = CallContext(run_id=run_id, call_id=call_id, metadata=METADATA)
+        decision: Decision | None = None
+        if (
+            spec.confirm is not False
+            and self.elicit
+            and can_elicit(ctx.session)
+            and not self._has_record(run_id, call_id)
+        ):
+            try:
+                validated = spec.validate(args)
+            except ToolArgsInvalid:
+                validated = None  # never asked: run_spec records call.invalid
+            if validated is not None:
+                call_digest = digest(validated)
+                if await needs_approval(spec, validated, call_digest, ctx_ids):
+                    reviewer = _reviewer(ctx)
+                    message = form_message(
+                        spec, validated, key_notice(self.executor, spec, validated)
+                    )
+                    if modern:
+                        answer = (params.input_responses or {}).get(_APPROVAL_KEY)
+                        if state is None or answer is None or state.digest != call_digest:
+                            return _ask_later(message, call_id, run_id, call_digest)
+                        decision = answer_decision(answer, call_digest, reviewer)
+                    else:
+                        decision = await _ask_now(ctx, message, call_digest, reviewer)
+        call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
+        task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
+        self.running.add(task)
+        task.add_done_callback(self._done)
+        try:
+            # Shielded: a client that disconnects (or cancels the request) mid-call does not
+            # cancel the body, so the call ends with its real outcome, not an ambiguous one.
+            value = await asyncio.shield(task)
+        except AdapterError as exc:
+            return refusal(exc)
+        return success(value)
+
+    async def not_an_object(self, ctx: Any, call_next: Any) -> Any:
+        """Server middleware: ``tools/call`` arguments that are not an object.
+
+        The SDK would refuse them as a malformed request (a JSON-RPC error, nothing
+        recorded); for a tool the gateway exports they are the model's invalid arguments:
+        an ``isError`` tool-args-invalid result, recorded as ``call.invalid``, nobody asked.
+        """
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        args = params.get("arguments")
+        name = params.get("name")
+        if args is None or isinstance(args, Mapping) or not isinstance(name, str):
+            return await call_next(ctx)
+        spec = self._spec(name)
+        meta = params.get("_meta")
+        meta = meta if isinstance(meta, Mapping) else {}
+        call_ctx = CallContext(
+            run_id=_pinned(meta, META_RUN_ID) or self.default_run_id or _fresh("run"),
+            call_id=_pinned(meta, META_CALL_ID) or _fresh("call"),
+            metadata=METADATA,
+        )
+        try:
+            # As the JSON text the client sent: a string is not an object either (given as
+            # a str, run_spec would parse it as JSON arguments).
+            value = await self.executor.run_spec(spec, _encode(args), call_ctx)
+        except AdapterError as exc:
+            return refusal(exc)
+        return success(value)  # (a replayed pinned call: the recorded value)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the outcome is in the ledger already
+
+    async def drain(self) -> None:
+        """Wait for the calls still running (their clients gone) to record their outcome."""
+        while self.running:
+            await asyncio.gather(*self.running, return_exceptions=True)
+
+
+def _sized(args: Any) -> Any:
+    # run_spec measures JSON text only: oversized arguments given as a dict are passed as
+    # their text, so the size limit refuses them (recorded as call.invalid, not stored).
+    if isinstance(args, dict) and args:
+        try:
+            raw = _encode(args)
+        except (TypeError, OverflowError, msgspec.EncodeError):
+            return args
+        if len(raw) > MAX_ARGS_BYTES:
+            return raw
+    return args
+
+
+def _reviewer(ctx: Any) -> str:
+    with contextlib.suppress(Exception):
+        principal = authenticated_principal(ctx)
+        if principal:
+            return principal
+    return ELICITATION_REVIEWER
+
+
+def _ask_later(
+    message: str, call_id: str, run_id: str, call_digest: str
+) -> types.InputRequiredResult:
+    # 2026-07-28: the request returns; the client asks the person and retries with the
+    # answer and this state (sealed by the boundary, spent on first use).
+    return types.InputRequiredResult(
+        input_requests={
+            _APPROVAL_KEY: types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message=message, requested_schema=APPROVAL_SCHEMA
+                )
+            )
+        },
+        request_state=CallState.new(call_id, run_id, call_digest).dump(),
+    )
+
+
+async def _ask_now(ctx: Any, message: str, call_digest: str, reviewer: str) -> Decision:
+    # Up to 2025-11-25: elicitation/create nested inside the running tools/call.
+    try:
+        answer = await ctx.session.elicit_form(
+            message=message,
+            requested_schema=APPROVAL_SCHEMA,
+            related_request_id=ctx.request_id,
+        )
+    except Exception as exc:
+        # Fail closed: no answer is no approval (the call is recorded as denied).
+        return Decision(
+            approved=False,
+            reviewer=reviewer,
+            reason=f"elicitation failed: {type(exc).__name__}: {exc}",
+            digest=call_digest,
+        )
+    return answer_decision(answer, call_digest, reviewer)
+
+
+def mcp_server(
+    registry: Registry,
+    *,
+    executor: Executor | None = None,
+    name: str = "agent-adapter",
+    elicit: bool = True,
+    request_state: RequestStateSecurity | None = None,
+    default_run_id: str | None = None,
+) -> Server[Any]:
+    """An MCP ``Server`` (the SDK's low-level one) exporting ``registry``'s MCP tools.
+
+    Every ``tools/call`` runs through ``executor`` (the default executor when None). A
+    tool that needs approval is asked of the person through the client's elicitation
+    when the client declared it and ``elicit`` is True (mid-call up to 2025-11-25, an
+    ``InputRequiredResult`` on 2026-07-28); otherwise the executor's approval port decides
+    (``DeferredApproval``: the result is approval-pending with its ``request_id``).
+    ``request_state`` protects the 2026-07-28 state (default: a key of this process, so a
+    state does not survive a restart; pass ``RequestStateSecurity(keys=[...])`` for
+    several replicas). ``default_run_id`` is the run of calls whose client sends no
+    ``io.agent-adapter/run-id`` (None: a fresh run per call); give one only when the
+    server has one client (stdio), since a run shares limits and deferred decisions.
+    Serve it with ``server.run(...)`` (stdio) or
+    ``server.streamable_http_app()``.
+    """
+    executor = executor if executor is not None else get_default_executor()
+    security = request_state if request_state is not None else RequestStateSecurity.ephemeral()
+    if default_run_id is not None and (not isinstance(default_run_id, str) or not default_run_id):
+        raise ToolUsageError("default_run_id must be non-empty text or None")
+    gateway = _Gateway(
+        registry,
+        executor,
+        elicit=elicit,
+        state_ttl_s=security.ttl,
+        default_run_id=default_run_id,
+    )
+    server: Server[Any] = Server(
+        name, on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool
+    )
+    # The low-level Server does not seal requestState by itself: without this boundary a
+    # client could forge the call id and digest it echoes.
+    server.middleware.append(RequestStateBoundary(security, default_audience=name))
+    server.middleware.append(gateway.not_an_object)
+    server.agent_adapter_gateway = gateway  # type: ignore[attr-defined]
+    return server
+
+
+async def drain(server: Server[Any]) -> None:
+    """Wait until every call ``server`` started has recorded its outcome.
+
+    A call outlives a client that disconnects mid-call (its outcome is still recorded);
+    a host that shuts the gateway down awaits this first, so no call is cut short.
+    """
+    gateway = getattr(server, "agent_adapter_gateway", None)
+    if isinstance(gateway, _Gateway):
+        await gateway.drain()

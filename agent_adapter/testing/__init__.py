@@ -1,0 +1,45 @@
+"""Test helpers users can import: the bridge conformance kit.
+
+Every bridge's tests run the same scenarios through a *driver* that makes one tool call
+through the real framework; the kit checks the ledger (DESIGN.md, "Bridge conformance
+kit"). The drivers of the bundled bridges are in ``agent_adapter.testing.openai_agents``
+and ``agent_adapter.testing.mcp`` (each imports its framework; this module imports none).
+
+A third bridge writes a ``BridgeDriver`` and runs::
+
+    @pytest.mark.parametrize("scenario", scenarios_for(MyDriver()), ids=lambda s: s.name)
+    async def test_conformance(scenario):
+        await run_scenario(MyDriver(), scenario)
+"""
+
+from ._kit import (
+    SCENARIOS,
+    Approve,
+    Attempt,
+    BridgeDriver,
+    ConformanceFailure,
+    Deny,
+    Edit,
+    Leave,
+    Reply,
+    Scenario,
+    Tools,
+    run_scenario,
+    scenarios_for,
+)
+
+__all__ = [
+    "Approve",
+    "Attempt",
+    "BridgeDriver",
+    "ConformanceFailure",
+    "Deny",
+    "Edit",
+    "Leave",
+    "Reply",
+    "SCENARIOS",
+    "Scenario",
+    "Tools",
+    "run_scenario",
+    "scenarios_for",
+]

@@ -1,0 +1,277 @@
+"""``proxy``: a real upstream MCP server process behind the gateway, and what its answers prove."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from mcp_helpers import Answers, accept, by_call, checked_audit, ours
+
+from agent_adapter import Executor, Registry
+from agent_adapter.errors import ToolUsageError
+from agent_adapter.integrations.mcp import META_CALL_ID, META_KIND, mcp_server, proxy
+from agent_adapter.ledger import MemoryLedger, replay
+
+pytestmark = pytest.mark.usefixtures("bounded")
+
+UPSTREAM = Path(__file__).with_name("_mcp_upstream.py")
+ERAS = ["legacy", "2026-07-28"]
+
+
+def upstream_params(log: Path) -> StdioServerParameters:
+    """The test upstream as a subprocess over stdio, logging every body that runs to ``log``."""
+    return StdioServerParameters(command=sys.executable, args=[str(UPSTREAM), str(log)])
+
+
+def ran(log: Path) -> list[str]:
+    """The upstream's executions, in order."""
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    tmp_path: Path, policy: dict[str, Any] | None = None, prefix: str = "docs."
+) -> AsyncIterator[tuple[Any, Executor, Path]]:
+    log = tmp_path / "upstream.log"
+    registry = Registry()
+
+    @registry.tool
+    def lookup(order_id: str) -> str:
+        return order_id
+
+    executor = Executor(registry, ledger=MemoryLedger())
+    async with Client(upstream_params(log)) as upstream:
+        await proxy(registry, upstream, prefix=prefix, policy=policy)
+        yield mcp_server(registry, executor=executor), executor, log
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_proxied_upstream_runs_through_the_executor(tmp_path: Path, mode: str) -> None:
+    """Listed with the prefix; a read passes through; a destructive tool is asked first."""
+    async with gateway(tmp_path) as (server, executor, log):
+        answers = Answers(accept(), types.ElicitResult(action="decline"))
+        async with Client(server, mode=mode, elicitation_callback=answers) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            found = await client.call_tool("docs.search_documents", {"query": "q"})
+            deleted = await client.call_tool("docs.delete_document", {"doc_id": "d1"})
+            refused = await client.call_tool("docs.delete_document", {"doc_id": "d2"})
+            invalid = await client.call_tool("docs.delete_document", {"doc_id": 7})
+    assert sorted(tools) == [
+        "docs.charge",
+        "docs.crash",
+        "docs.delete_document",
+        "docs.hang",
+        "docs.search_documents",
+        "lookup",
+    ]
+    # The upstream's readOnlyHint is not passed on (untrusted); its destructiveHint adds
+    # an approval, exported as destructiveHint by the gateway.
+    assert tools["docs.search_documents"].annotations == types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False
+    )
+    assert tools["docs.delete_document"].annotations == types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False
+    )
+    assert found.structured_content == {"hits": ["q-1", "q-2"]}
+    assert deleted.structured_content == {"result": "deleted d1"}
+    assert ours(refused.meta) == {META_KIND: "approval-denied"}
+    assert ours(invalid.meta) == {META_KIND: "tool-args-invalid"}
+    assert [a.message for a in answers.asked] == [
+        'Approve docs.delete_document with {"doc_id":"d1"}?',
+        'Approve docs.delete_document with {"doc_id":"d2"}?',
+    ]
+    assert ran(log) == ['search_documents {"query": "q"}', 'delete_document {"doc_id": "d1"}']
+    await checked_audit(executor.ledger)
+
+
+async def test_an_upstream_is_error_leaves_the_key_ambiguous(tmp_path: Path) -> None:
+    """isError proves nothing: tool-failed, then the retry is ambiguous-effect (ran once)."""
+    policy = {"charge": {"effect": "charge:{order_id}"}}
+    async with gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            first = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
+            again = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
+    assert first.structured_content == {
+        "error": {
+            "kind": "tool-failed",
+            "message": "docs.charge failed: UpstreamError: upstream charge reported an error: "
+            "Error executing tool charge: card declined",
+        }
+    }
+    assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
+    assert ran(log) == ['charge {"amount_cents": 5, "order_id": "A1"}']
+    assert sorted(executor.ambiguous_effects()) == ["charge:A1"]
+
+
+async def test_not_executed_on_error_frees_the_key(tmp_path: Path) -> None:
+    """The operator says an isError did nothing: tool-error, the key is free, retry runs."""
+    policy = {"charge": {"effect": "charge:{order_id}", "not_executed_on_error": True}}
+    async with gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="2026-07-28") as client:
+            first = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
+            again = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
+    for result in (first, again):
+        assert result.structured_content == {
+            "error": {
+                "kind": "tool-error",
+                "message": "upstream charge reported an error: "
+                "Error executing tool charge: card declined",
+            }
+        }
+    assert len(ran(log)) == 2
+    assert executor.ambiguous_effects() == {}
+
+
+async def test_an_upstream_that_hangs_is_bounded_by_the_tools_timeout(tmp_path: Path) -> None:
+    """The policy's timeout ends the call: tool-timeout, the key ambiguous."""
+    policy = {"hang": {"timeout": 0.5, "effect": "hang:{order_id}"}}
+    async with gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            result = await client.call_tool("docs.hang", {"order_id": "A1"})
+    assert result.structured_content == {
+        "error": {
+            "kind": "tool-timeout",
+            "message": "upstream hang did not answer within 0.5 s; it may have run",
+        }
+    }
+    assert ran(log) == ['hang {"order_id": "A1"}']
+    assert sorted(executor.ambiguous_effects()) == ["hang:A1"]
+
+
+async def test_an_upstream_that_crashes_mid_call(tmp_path: Path) -> None:
+    """The dropped call is ambiguous; later calls are never sent (tool-error)."""
+    policy = {"crash": {"effect": "crash:{order_id}"}}
+    async with gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            crashed = await client.call_tool("docs.crash", {"order_id": "A1"})
+            after = await client.call_tool("docs.search_documents", {"query": "q"})
+            alive = await client.call_tool("lookup", {"order_id": "B"})
+    assert crashed.structured_content == {
+        "error": {
+            "kind": "tool-failed",
+            "message": "docs.crash failed: UpstreamError: upstream crash: error -32000: "
+            "Connection closed",
+        }
+    }
+    assert after.structured_content == {
+        "error": {
+            "kind": "tool-error",
+            "message": "upstream search_documents: the connection is closed; nothing was sent",
+        }
+    }
+    assert alive.structured_content == {"result": "B"}  # the gateway itself lives on
+    assert ran(log) == ['crash {"order_id": "A1"}']
+    assert sorted(executor.ambiguous_effects()) == ["crash:A1"]
+    # The audit says so too: the one problem is the key nobody can vouch for.
+    events = [e async for e in executor.ledger.read()]
+    problems = replay(events, await executor.ledger.verify()).problems()
+    assert [(p.kind, p.key) for p in problems] == [("ambiguous", "crash:A1")]
+
+
+async def test_the_policy_relaxes_or_adds_approval_and_upstream_hints_only_add(
+    tmp_path: Path,
+) -> None:
+    """confirm=False (operator) relaxes the upstream's destructive hint; confirm=True adds."""
+    policy = {"delete_document": {"confirm": False}, "search_documents": {"confirm": True}}
+    async with gateway(tmp_path, policy) as (_, executor, _):
+        specs = {s.name: s.confirm for s in executor.registry}
+    assert specs == {
+        "lookup": False,
+        "docs.search_documents": True,
+        "docs.delete_document": False,
+        "docs.charge": False,
+        "docs.hang": False,
+        "docs.crash": False,
+    }
+
+
+async def test_a_name_collision_is_refused_at_start_naming_both(tmp_path: Path) -> None:
+    """No prefix: the upstream's search_documents meets the registry's; nothing registered."""
+    registry = Registry()
+
+    @registry.tool
+    def search_documents(query: str) -> str:
+        return query
+
+    async with Client(upstream_params(tmp_path / "log")) as upstream:
+        with pytest.raises(ToolUsageError) as caught:
+            await proxy(registry, upstream)
+        with pytest.raises(ToolUsageError) as unknown:
+            await proxy(registry, upstream, prefix="u.", policy={"serch": {"confirm": True}})
+    assert str(caught.value) == (
+        "upstream tool 'search_documents' (exported as 'search_documents') collides with the "
+        "registry tool 'search_documents'; pass a prefix"
+    )
+    assert str(unknown.value).startswith(
+        "the policy names tools the upstream does not have: ['serch']"
+    )
+    assert [s.name for s in registry] == ["search_documents"]
+
+
+class FakeUpstream:
+    """An upstream whose ``call_tool`` raises or returns what the test says (one tool)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[dict[str, Any]] = []
+
+    async def list_tools(self) -> types.ListToolsResult:
+        schema = {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}
+        return types.ListToolsResult(tools=[types.Tool(name="op", input_schema=schema)])
+
+    async def call_tool(self, name: str, args: dict[str, Any], meta: Any = None) -> Any:
+        self.calls.append({"name": name, "args": args, "meta": meta})
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def rpc(code: int) -> MCPError:
+    return MCPError(code=code, message="m")
+
+
+CLASSIFIED = {
+    "parse error": (rpc(types.PARSE_ERROR), "tool-error", []),
+    "invalid request": (rpc(types.INVALID_REQUEST), "tool-error", []),
+    "method not found": (rpc(types.METHOD_NOT_FOUND), "tool-error", []),
+    "invalid params": (rpc(types.INVALID_PARAMS), "tool-error", []),
+    "internal error": (rpc(types.INTERNAL_ERROR), "tool-failed", ["op:x"]),
+    "garbage": (ValueError("not JSON-RPC"), "tool-failed", ["op:x"]),
+    "not a result": (types.ListToolsResult(tools=[]), "tool-failed", ["op:x"]),
+    "is error": (
+        types.CallToolResult(content=[types.TextContent(type="text", text="no")], is_error=True),
+        "tool-failed",
+        ["op:x"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLASSIFIED))
+async def test_what_an_upstream_answer_proves(name: str) -> None:
+    """Pre-dispatch JSON-RPC errors free the key; everything else leaves it ambiguous."""
+    answer, kind, ambiguous = CLASSIFIED[name]
+    registry = Registry()
+    upstream = FakeUpstream(answer)
+    await proxy(registry, upstream, policy={"op": {"effect": "op:{k}"}})
+    executor = Executor(registry, ledger=MemoryLedger())
+    async with Client(mcp_server(registry, executor=executor), mode="legacy") as client:
+        result = await client.call_tool("op", {"k": "x"}, meta={META_CALL_ID: "c1"})
+    assert ours(result.meta) == {META_KIND: kind}
+    assert sorted(executor.ambiguous_effects()) == ambiguous
+    # The upstream is told the call's ids, so an agent-adapter upstream can dedupe too.
+    assert [c["meta"] for c in upstream.calls] == [
+        {"io.agent-adapter/call-id": "c1", "io.agent-adapter/run-id": executor_run(executor)}
+    ]
+    assert (await by_call(executor.ledger))["c1"][-1] == "call.failed"
+
+
+def executor_run(executor: Executor) -> str:
+    (run_id,) = {key[0] for key in executor.state.outcomes}
+    return run_id
