@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import msgspec
@@ -32,7 +34,8 @@ from agent_adapter.ledger import MemoryLedger
 pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
 
 SECRET = "4111111111111111"
-RANDOM = frozenset({"request_id", "prev", "hash"})
+# (holder: each executor's own random id.)
+RANDOM = frozenset({"request_id", "prev", "hash", "holder"})
 
 
 def registry() -> Registry:
@@ -123,7 +126,18 @@ async def test_a_call_is_one_span_under_the_host_span(clock: Any) -> None:
     assert events_of(tool_span) == [
         ("call.requested", {"agent_adapter.seq": 1}, ns(1000.0)),
         ("call.validated", {"agent_adapter.seq": 2}, ns(1000.0)),
-        ("effect.claimed", {"agent_adapter.seq": 3}, ns(1000.0)),
+        (
+            # The claim names its holder and lease: who was running the effect.
+            "effect.claimed",
+            {
+                "agent_adapter.seq": 3,
+                "holder": executor.executor_id,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "lease_until": 1000.0 + executor.lease_s,
+            },
+            ns(1000.0),
+        ),
         ("call.started", {"agent_adapter.seq": 4}, ns(1000.0)),
         (
             "call.succeeded",
@@ -360,6 +374,8 @@ async def test_an_edited_approval_keeps_the_digest_it_approved(clock: Any) -> No
 
 _LATER = """
 import asyncio
+import os
+import socket
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
