@@ -404,6 +404,10 @@ class PostgresLedger(Followers):
             try:
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(self.channel, self._on_notify)
+                # What was committed before LISTEN (or while it was lost) sent no NOTIFY
+                # we heard: the head says where the ledger is now.
+                head = await conn.fetchval(f"SELECT seq FROM {q(self.schema)}.head WHERE id = 1")
+                self._on_notify(conn, 0, self.channel, head)
                 await lost.wait()
             except Exception as exc:
                 _log.warning("ledger %s: listening failed: %s", self.where, exc)

@@ -123,10 +123,12 @@ class PgWriter:
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
         s = q(self._schema)
-        self._lock_head = (
-            f"SELECT h.seq, h.hash, l.seq, l.prev, l.hash, l.payload FROM {s}.head AS h"
-            f" LEFT JOIN LATERAL (SELECT seq, prev, hash, payload FROM {s}.events"
-            " ORDER BY seq DESC LIMIT 1) AS l ON true WHERE h.id = 1 FOR UPDATE OF h"
+        # Two statements, not one: under READ COMMITTED a statement that waited for the
+        # row lock sees the head's new version but keeps its snapshot for every other
+        # table, so the last row must be read by a statement that starts after the lock.
+        self._lock_head = f"SELECT seq, hash FROM {s}.head WHERE id = 1 FOR UPDATE"
+        self._last_row = (
+            f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
         self._move_head = (
             f"WITH moved AS (UPDATE {s}.head SET seq = $1, hash = $2, mac = $3 WHERE id = 1"
@@ -336,10 +338,12 @@ class PgWriter:
         head = await conn.fetchrow(self._lock_head)
         if head is None:
             raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
-        head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = head
-        if last_seq is None:
+        head_seq, head_hash = head
+        last = await conn.fetchrow(self._last_row)
+        if last is None:
             seq, prev = 0, ""
         else:
+            last_seq, last_prev, last_hash, last_payload = last
             damage = _damage(last_prev, last_hash, bytes(last_payload))
             if damage:
                 raise LedgerError(
