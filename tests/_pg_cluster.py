@@ -21,8 +21,9 @@ from pathlib import Path
 
 __all__ = ["Cluster", "binaries"]
 
-#: The superuser initdb creates (trust authentication on loopback only).
+#: The superuser initdb creates, and its password (asked over TCP, on loopback only).
 SUPERUSER = "aa"
+PASSWORD = "aa-test-secret"
 
 
 def binaries() -> Path | None:
@@ -67,7 +68,7 @@ class Cluster:
     @property
     def dsn(self) -> str:
         """The loopback DSN of the cluster's ``postgres`` database."""
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://{SUPERUSER}:{PASSWORD}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         command = [str(a) for a in args]
@@ -80,21 +81,28 @@ class Cluster:
     def start(cls, bindir: Path, *, extra: tuple[str, ...] = ()) -> Cluster:
         """initdb and start a cluster on a free loopback port; RuntimeError if it fails."""
         root = Path(tempfile.mkdtemp(prefix="agent-adapter-pg-"))
-        if os.geteuid() == 0:
-            user = pwd.getpwnam("postgres")
+        user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        if user is not None:
             os.chown(root, user.pw_uid, user.pw_gid)
         root.chmod(0o700)
         last = ""
         for _ in range(5):  # a port taken between the probe and the bind: another one
             cluster = cls(bindir, root, _free_port())
             if not cluster.data.exists():
+                pwfile = root / "pwfile"
+                pwfile.write_text(PASSWORD + "\n")
+                if user is not None:
+                    os.chown(pwfile, user.pw_uid, user.pw_gid)
                 done = cluster._run(
                     str(bindir / "initdb"),
                     "-D",
                     str(cluster.data),
                     "-U",
                     SUPERUSER,
-                    "--auth=trust",
+                    f"--pwfile={pwfile}",
+                    # Passwords over TCP (so a wrong one is refused), none on the socket.
+                    "--auth-host=scram-sha-256",
+                    "--auth-local=trust",
                     "-E",
                     "UTF8",
                     "--locale=C",

@@ -37,6 +37,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "connection_lost",
     "describe_dsn",
+    "server_refused",
     "split_dsn",
     "translate",
 ]
@@ -206,6 +207,14 @@ def connection_lost(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", "") or ""
         return state.startswith(_CONNECTION) or state in _SHUTDOWN
     return isinstance(exc, ConnectionError)
+
+
+def server_refused(exc: BaseException) -> bool:
+    """True when the server answered ``exc`` (it refused a statement) over a connection
+    that is still usable; False for a lost, closed or confused connection, a timeout."""
+    import asyncpg
+
+    return isinstance(exc, asyncpg.PostgresError) and not connection_lost(exc)
 
 
 def retryable(exc: BaseException) -> bool:

@@ -42,7 +42,7 @@ from ..errors import LedgerError
 from ._chain import _damage, chain_hash, make_record
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import EffectTaken, Follow
-from ._postgres_schema import connection_lost, q, retryable, translate
+from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
 from ._recordable import UnrecordableEvent
 from ._sqlite_head import _head_mac
 from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer
@@ -274,7 +274,12 @@ class PgWriter:
                 )
                 continue
             except Exception as exc:
-                lost_conn = connection_lost(exc)
+                # Ours (LedgerError, an unrecordable event) or the server's refusal of a
+                # statement leave the connection usable; anything else (a lost or
+                # confused connection, a timeout) may not, so it is dropped, which rolls
+                # the transaction back on the server: it had not reached COMMIT.
+                ours = isinstance(exc, LedgerError | UnrecordableEvent)
+                lost_conn = not ours and not server_refused(exc)
                 if lost_conn:
                     self._drop()
                 else:
@@ -320,7 +325,7 @@ class PgWriter:
                     found = await conn.fetchval(self._hash_at, seq)
                 return bool(found == hash_)
             except Exception as exc:
-                if not connection_lost(exc) or time.monotonic() >= deadline:
+                if server_refused(exc) or time.monotonic() >= deadline:
                     raise
                 self._drop()
                 await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
@@ -438,7 +443,7 @@ class PgWriter:
         try:
             await conn.execute("COMMIT")
         except Exception as exc:
-            if rows and connection_lost(exc):
+            if rows and not server_refused(exc):
                 raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
             raise
         return foreign, seq, written
