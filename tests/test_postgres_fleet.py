@@ -317,3 +317,52 @@ async def test_an_idle_replica_hears_others_through_notify(
     finally:
         await idle.close()
         await busy.close()
+
+
+async def test_limits_and_cache_are_shared_by_the_replicas(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Run limits and cache entries are folds of the one ledger: after ``catch_up()``, a
+    call counted by one replica counts in the other, and a result cached by one is a
+    hit in the other. (An executor decides a cache hit before its first append of the
+    call folds the others' events, as on SQLite: hence the explicit catch_up.)"""
+    from agent_adapter import RunLimits
+    from agent_adapter.errors import RunLimitExceeded
+
+    ran: list[str] = []
+    registry = Registry()
+
+    @registry.tool(cache=600)
+    async def lookup(q: str) -> str:
+        ran.append(q)
+        return f"result-{q}"
+
+    limits = RunLimits(max_calls=3)
+    la = PostgresLedger(postgres_dsn, schema=pg_schema)
+    lb = PostgresLedger(postgres_dsn, schema=pg_schema)
+    a = await Executor.open(registry, ledger=la, limits=limits)
+    b = await Executor.open(registry, ledger=lb, limits=limits)
+    try:
+        assert await a.call("lookup", {"q": "x"}, run_id="r", call_id="c1") == "result-x"
+        await lb.catch_up()
+        assert await b.call("lookup", {"q": "x"}, run_id="r", call_id="c2") == "result-x"
+        assert await b.call("lookup", {"q": "y"}, run_id="r", call_id="c3") == "result-y"
+        await la.catch_up()
+        with pytest.raises(RunLimitExceeded):
+            await a.call("lookup", {"q": "z"}, run_id="r", call_id="c4")
+    finally:
+        await a.close()
+        await b.close()
+    assert ran == ["x", "y"]
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as ledger:
+        outcomes = [
+            (e.call_id, e.type)
+            async for e in ledger.read()
+            if e.type in ("call.succeeded", "call.cached", "call.limited")
+        ]
+    assert outcomes == [
+        ("c1", "call.succeeded"),
+        ("c2", "call.cached"),
+        ("c3", "call.succeeded"),
+        ("c4", "call.limited"),
+    ]
