@@ -5,7 +5,8 @@
 that runs on one machine never share a server. As root it runs both as the ``postgres``
 user (initdb refuses root). ``stop()`` runs ``pg_ctl stop -m immediate`` and removes the
 directory. ``binaries()`` finds the binaries (``$PG_BIN``, ``pg_config --bindir``,
-``/usr/lib/postgresql/*/bin``), or None.
+``/usr/lib/postgresql/*/bin``), or None (``$PG_BIN``, when set, is the
+only one looked at).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ def binaries() -> Path | None:
     """The directory holding initdb and pg_ctl, or None when PostgreSQL is not installed."""
     candidates: list[str] = []
     if os.environ.get("PG_BIN"):
+        # An explicit choice: only that directory (so a run can also do without).
         candidates.append(os.environ["PG_BIN"])
+        path = Path(candidates[0])
+        return path if (path / "initdb").exists() and (path / "pg_ctl").exists() else None
     pg_config = shutil.which("pg_config")
     if pg_config:
         try:

@@ -242,6 +242,8 @@ def translate(where: str, doing: str, exc: BaseException, wait_s: float) -> Ledg
         )
     elif state == _CANCELED:
         message = f"ledger {where}: {doing}: the server cancelled the statement ({detail})"
+    elif isinstance(exc, ValueError):
+        message = f"ledger {where}: {doing}: the DSN is not valid ({detail})"
     elif isinstance(exc, TimeoutError | asyncio.TimeoutError):
         message = f"ledger {where}: {doing}: the server did not answer within {wait_s:g} s"
     elif isinstance(exc, ConnectionRefusedError):
