@@ -3,9 +3,10 @@
 Writer. One task per ledger object owns the write connection. Each wake-up takes every
 batch staged since the last one into one transaction:
 
-1. ``SELECT ... FROM head FOR UPDATE`` (with the last row beside it): the row lock is
-   held until COMMIT, so writers of every process commit one at a time, in seq order,
-   and a rollback leaves no gap (seq is explicit, never drawn from a sequence).
+1. ``SELECT seq, hash, mac FROM head FOR UPDATE``: the row lock is held until COMMIT,
+   so writers of every process commit one at a time, in seq order, and a rollback
+   leaves no gap (seq is explicit, never drawn from a sequence). The head's MAC is
+   checked against the key (a wrong key is refused before anything is chained).
 2. The events others committed since the followers last heard (``seq > delivered``):
    handed to the followers before any waiter wakes, and their effect claims refuse our
    batches that claim the same keys (``Follow.refused``, as in the SQLite store).
@@ -15,8 +16,10 @@ batch staged since the last one into one transaction:
    ``RETURNING key``: the database's own check of the rule of step 2. A key that does
    not come back (a claim step 2 could not see) refuses its batch and the transaction
    is written again without it.
-4. The rows, chained with explicit seq/prev/hash, by binary COPY; the head moved;
-   ``pg_notify`` (delivered at commit, in commit order) to wake idle followers.
+4. One statement: the rows, chained with explicit seq/prev/hash
+   (``INSERT ... SELECT FROM unnest(...)``), the head moved, and ``pg_notify``
+   (delivered at commit, in commit order) to wake idle followers; guarded by the table
+   ending exactly at the head (else nothing is written and the append is refused).
 5. COMMIT.
 
 Lost commits. A connection that fails during COMMIT leaves the outcome unknown. The
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -56,7 +60,6 @@ __all__ = ["PgWriter", "read_since"]
 
 _log = logging.getLogger("agent_adapter.ledger")
 _astuple = msgspec.structs.astuple
-_COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
 # One written batch, for the followers that did not append it (see _sqlite_threads).
 _Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
 _Done = tuple[list[Event], int, list[_Written]]
@@ -123,16 +126,32 @@ class PgWriter:
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
         s = q(self._schema)
-        # Two statements, not one: under READ COMMITTED a statement that waited for the
-        # row lock sees the head's new version but keeps its snapshot for every other
-        # table, so the last row must be read by a statement that starts after the lock.
-        self._lock_head = f"SELECT seq, hash FROM {s}.head WHERE id = 1 FOR UPDATE"
+        # The head row is read (and locked) by its own statement: under READ COMMITTED a
+        # statement that waited for the row lock sees the head's new version but keeps
+        # its snapshot for every other table, so anything read from events must come
+        # from a statement that starts after the lock is held.
+        self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
         self._last_row = (
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
-        self._move_head = (
-            f"WITH moved AS (UPDATE {s}.head SET seq = $1, hash = $2, mac = $3 WHERE id = 1"
-            " RETURNING seq) SELECT pg_notify($4, seq::text) FROM moved"
+        # One round trip writes the rows, moves the head and sends the NOTIFY (delivered
+        # at COMMIT), guarded by the table ending exactly where the head says: rows
+        # deleted from the end, replaced, or written past the head refuse the append
+        # (appending would move the head over the evidence). Parameters: the nine
+        # columns as arrays, the head as locked ($10, $11), the new head ($12-$14), the
+        # channel ($15).
+        self._write_rows = (
+            "WITH guard AS (SELECT"
+            f" ($10 = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = $10 AND hash = $11))"
+            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > $10) AS fine),"
+            f" ins AS (INSERT INTO {s}.events"
+            " (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
+            " SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],"
+            " $5::text[], $6::float8[], $7::bytea[], $8::text[], $9::text[])"
+            " WHERE (SELECT fine FROM guard) RETURNING 1),"
+            f" moved AS (UPDATE {s}.head SET seq = $12, hash = $13, mac = $14"
+            " WHERE id = 1 AND (SELECT fine FROM guard) RETURNING seq)"
+            " SELECT (SELECT fine FROM guard), (SELECT pg_notify($15, seq::text) FROM moved)"
         )
         self._claim = (
             f"INSERT INTO {s}.effect_claims AS c (key, seq, holder, horizon)"
@@ -343,33 +362,12 @@ class PgWriter:
         head = await conn.fetchrow(self._lock_head)
         if head is None:
             raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
-        head_seq, head_hash = head
-        last = await conn.fetchrow(self._last_row)
-        if last is None:
-            seq, prev = 0, ""
-        else:
-            last_seq, last_prev, last_hash, last_payload = last
-            damage = _damage(last_prev, last_hash, bytes(last_payload))
-            if damage:
-                raise LedgerError(
-                    f"ledger {where}: the last record (seq {last_seq}) is damaged: {damage}; "
-                    "appends are refused (see ledger verify)"
-                )
-            seq, prev = int(last_seq), str(last_hash)
-            if key is not None and chain_hash(seq, last_prev, bytes(last_payload), key) != prev:
-                raise LedgerError(
-                    f"ledger {where}: the key does not match the last record (seq {seq}); "
-                    "appending with it would break the chain (wrong key, or the record was "
-                    "altered)"
-                )
-        if head_seq != seq or (seq and head_hash != prev):
-            # Appending would rewrite the head and erase the evidence: rows deleted from
-            # the end (head ahead), replaced, or written past the head without its lock.
-            raise LedgerError(
-                f"ledger {where}: the ledger ends at seq {seq} but its head says {head_seq}: "
-                "events were deleted from the end, replaced, or written without the head; "
-                "appends are refused so that the evidence stays (see ledger verify)"
-            )
+        head_seq, head_hash = int(head[0]), str(head[1])
+        if not hmac.compare_digest(str(head[2]), _head_mac(head_seq, head_hash, key)):
+            # A wrong key (or an altered head): appending would chain under a key the
+            # ledger was not written with.
+            await self._refuse(conn, head_seq, head_hash, mac_fits=False)
+        seq, prev = head_seq, head_hash
         foreign: list[Event] = []
         if follows:
             since = min(f.delivered for f in follows)
@@ -434,12 +432,19 @@ class PgWriter:
         if claims:
             await self._check_claims(conn, claims)
         if rows:
-            await conn.copy_records_to_table(
-                "events", records=rows, columns=_COLUMNS, schema_name=self._schema
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            fine = await conn.fetchval(
+                self._write_rows,
+                *columns,
+                head_seq,
+                head_hash,
+                seq,
+                prev,
+                _head_mac(seq, prev, key),
+                self._ledger.channel,
             )
-            await conn.execute(
-                self._move_head, seq, prev, _head_mac(seq, prev, key), self._ledger.channel
-            )
+            if not fine:
+                await self._refuse(conn, head_seq, head_hash, mac_fits=True)
         try:
             await conn.execute("COMMIT")
         except Exception as exc:
@@ -447,6 +452,37 @@ class PgWriter:
                 raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
             raise
         return foreign, seq, written
+
+    async def _refuse(
+        self, conn: asyncpg.Connection, head_seq: int, head_hash: str, *, mac_fits: bool
+    ) -> None:
+        """Raise the LedgerError that says why this ledger may not be appended to (off the
+        fast path: the head's MAC does not fit the key, or the table does not end at it)."""
+        where, key = self._where, self._key
+        last = await conn.fetchrow(self._last_row)
+        seq, prev = 0, ""
+        if last is not None:
+            seq, last_prev, prev, payload = int(last[0]), last[1], str(last[2]), bytes(last[3])
+            if key is not None and chain_hash(seq, last_prev, payload, key) != prev:
+                raise LedgerError(
+                    f"ledger {where}: the key does not match the last record (seq {seq}); "
+                    "appending with it would break the chain (wrong key, or the record was "
+                    "altered)"
+                )
+        if head_seq != seq or (seq and head_hash != prev):
+            raise LedgerError(
+                f"ledger {where}: the ledger ends at seq {seq} but its head says {head_seq}: "
+                "events were deleted from the end, replaced, or written without the head; "
+                "appends are refused so that the evidence stays (see ledger verify)"
+            )
+        if not mac_fits:
+            raise LedgerError(
+                f"ledger {where}: its head does not verify under "
+                + ("this key" if key is not None else "no key")
+                + ": a wrong key, or the head was altered; appends are refused (see ledger "
+                "verify)"
+            )
+        raise LedgerError(f"ledger {where}: the table changed under the head lock; try again")
 
     async def _check_claims(
         self, conn: asyncpg.Connection, claims: dict[str, tuple[int, str, int, int]]
