@@ -193,6 +193,10 @@ async def test_rows_written_past_the_head_are_not_ok(postgres_dsn: str, pg_schem
                 "(inserted by hand?)"
             ),
         )
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        with pytest.raises(LedgerError, match="ends at seq 4 but its head says 3"):
+            await ledger.append(_event(7))
+        assert [e.seq async for e in ledger.read()] == [1, 2, 3, 4]
 
 
 class MemoryLedgerCopy:
@@ -382,3 +386,59 @@ async def test_a_database_that_goes_away_fails_appends_after_a_bounded_wait(
             assert await ledger.verify() == Verification(ok=True, checked=2)
     finally:
         await asyncio.to_thread(cluster.stop)
+
+
+def test_claim_holders_are_never_reused() -> None:
+    """Each follower of a ledger object claims under its own holder name, also after
+    another follower left (a reused name would let one take over the other's claims)."""
+    from agent_adapter.ledger._follow import Follow
+
+    ledger = PostgresLedger("postgresql://h/db")
+    a, b = Follow(ledger, print, 0), Follow(ledger, print, 0)
+    first = [ledger._holder(a), ledger._holder(b)]
+    ledger._unfollow(a)
+    c = Follow(ledger, print, 0)
+    assert len({*first, ledger._holder(c)}) == 3
+    assert ledger._holder(None) == ""
+
+
+async def test_the_claims_table_refuses_a_claim_the_events_do_not_show(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A claim row written around the events (an operator's tool, a migration) still
+    refuses the key inside the write transaction: the body never runs, and the call ends
+    ambiguous after its tries, with nothing of the refused batches written."""
+    from agent_adapter import Executor, Registry
+    from agent_adapter.errors import AmbiguousEffect
+
+    runs: list[str] = []
+    registry = Registry()
+
+    @registry.tool(effect="refund:{order_id}")
+    async def refund(order_id: str) -> str:
+        runs.append(order_id)
+        return "refunded"
+
+    async with PostgresLedger(postgres_dsn, schema=pg_schema):
+        pass
+    admin = await _admin(postgres_dsn)
+    try:
+        await admin.execute(
+            f'INSERT INTO "{pg_schema}".effect_claims VALUES ($1, $2, $3, $4)',
+            "refund:A1",
+            10**9,
+            "another-tool",
+            0,
+        )
+    finally:
+        await admin.close()
+    ledger = PostgresLedger(postgres_dsn, schema=pg_schema)
+    async with await Executor.open(registry, ledger=ledger) as executor:
+        with pytest.raises(AmbiguousEffect):
+            await executor.call("refund", {"order_id": "A1"}, run_id="r", call_id="c")
+        assert await executor.call("refund", {"order_id": "B2"}, run_id="r", call_id="d")
+    assert runs == ["B2"]
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as ledger:
+        types = [e.type async for e in ledger.read(call_id="c")]
+        assert types == ["call.requested", "call.validated", "call.ambiguous"]
+        assert (await ledger.verify()).ok

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import socket
@@ -119,6 +120,7 @@ class PostgresLedger(Followers):
         self._kick_scheduled = False
         self._follows: tuple[Follow, ...] = ()
         self._holders: dict[Follow, str] = {}
+        self._numbers = itertools.count(1)
         # Who holds a claim: this object (process, host) and the follower within it.
         self._token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         digest = self.schema if len(self.schema) <= 40 else self.schema[:40]
@@ -317,7 +319,9 @@ class PostgresLedger(Followers):
             return ""
         holder = self._holders.get(owner)
         if holder is None:
-            holder = self._holders[owner] = f"{self._token}:{len(self._holders) + 1}"
+            # Numbered by a counter, never by how many there are: a follower that left
+            # must not hand its name to the next one.
+            holder = self._holders[owner] = f"{self._token}:{next(self._numbers)}"
         return holder
 
     def follow(self, apply: Callable[[Event], None], after: int) -> Follow:

@@ -16,10 +16,10 @@ batch staged since the last one into one transaction:
    ``RETURNING key``: the database's own check of the rule of step 2. A key that does
    not come back (a claim step 2 could not see) refuses its batch and the transaction
    is written again without it.
-4. One statement: the rows, chained with explicit seq/prev/hash
-   (``INSERT ... SELECT FROM unnest(...)``), the head moved, and ``pg_notify``
-   (delivered at commit, in commit order) to wake idle followers; guarded by the table
-   ending exactly at the head (else nothing is written and the append is refused).
+4. The rows, chained with explicit seq/prev/hash, by binary COPY; then one statement
+   checks that the table ends at the head (else the transaction is rolled back and the
+   append refused), moves the head, and ``pg_notify`` (delivered at commit, in commit
+   order) to wake idle followers.
 5. COMMIT.
 
 Lost commits. A connection that fails during COMMIT leaves the outcome unknown. The
@@ -60,6 +60,8 @@ __all__ = ["PgWriter", "read_since"]
 
 _log = logging.getLogger("agent_adapter.ledger")
 _astuple = msgspec.structs.astuple
+_UNIQUE_VIOLATION = "23505"
+_COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
 # One written batch, for the followers that did not append it (see _sqlite_threads).
 _Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
 _Done = tuple[list[Event], int, list[_Written]]
@@ -134,24 +136,19 @@ class PgWriter:
         self._last_row = (
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
-        # One round trip writes the rows, moves the head and sends the NOTIFY (delivered
-        # at COMMIT), guarded by the table ending exactly where the head says: rows
-        # deleted from the end, replaced, or written past the head refuse the append
-        # (appending would move the head over the evidence). Parameters: the nine
-        # columns as arrays, the head as locked ($10, $11), the new head ($12-$14), the
-        # channel ($15).
-        self._write_rows = (
+        # The rows go by binary COPY (measured faster than one INSERT ... FROM unnest that
+        # does it all), then one statement checks the table around them (the head's row
+        # still there, nothing past ours: else rows were deleted from the end, replaced,
+        # or written past the head, and appending would move the head over the evidence),
+        # moves the head and sends the NOTIFY (delivered at COMMIT).
+        # Parameters: the head as locked ($1, $2), the new head ($3-$5), the channel ($6).
+        self._close_rows = (
             "WITH guard AS (SELECT"
-            f" ($10 = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = $10 AND hash = $11))"
-            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > $10) AS fine),"
-            f" ins AS (INSERT INTO {s}.events"
-            " (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
-            " SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],"
-            " $5::text[], $6::float8[], $7::bytea[], $8::text[], $9::text[])"
-            " WHERE (SELECT fine FROM guard) RETURNING 1),"
-            f" moved AS (UPDATE {s}.head SET seq = $12, hash = $13, mac = $14"
+            f" ($1 = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = $1 AND hash = $2))"
+            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > $3) AS fine),"
+            f" moved AS (UPDATE {s}.head SET seq = $3, hash = $4, mac = $5"
             " WHERE id = 1 AND (SELECT fine FROM guard) RETURNING seq)"
-            " SELECT (SELECT fine FROM guard), (SELECT pg_notify($15, seq::text) FROM moved)"
+            " SELECT (SELECT fine FROM guard), (SELECT pg_notify($6, seq::text) FROM moved)"
         )
         self._claim = (
             f"INSERT INTO {s}.effect_claims AS c (key, seq, holder, horizon)"
@@ -432,18 +429,24 @@ class PgWriter:
         if claims:
             await self._check_claims(conn, claims)
         if rows:
-            columns = [list(column) for column in zip(*rows, strict=True)]
-            fine = await conn.fetchval(
-                self._write_rows,
-                *columns,
-                head_seq,
-                head_hash,
-                seq,
-                prev,
-                _head_mac(seq, prev, key),
-                self._ledger.channel,
-            )
+            mac = _head_mac(seq, prev, key)
+            try:
+                await conn.copy_records_to_table(
+                    "events", records=rows, columns=_COLUMNS, schema_name=self._schema
+                )
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+                    raise
+                fine = False  # a row where ours go: written past the head
+            else:
+                fine = await conn.fetchval(
+                    self._close_rows, head_seq, head_hash, seq, prev, mac, self._ledger.channel
+                )
             if not fine:
+                # Say why from the table as it was, without our rows.
+                await conn.execute("ROLLBACK")
+                await conn.execute("BEGIN")
+                await conn.fetchrow(self._lock_head)
                 await self._refuse(conn, head_seq, head_hash, mac_fits=True)
         try:
             await conn.execute("COMMIT")
