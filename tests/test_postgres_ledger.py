@@ -442,3 +442,30 @@ async def test_the_claims_table_refuses_a_claim_the_events_do_not_show(
         types = [e.type async for e in ledger.read(call_id="c")]
         assert types == ["call.requested", "call.validated", "call.ambiguous"]
         assert (await ledger.verify()).ok
+
+
+def test_without_asyncpg_the_package_imports_and_open_says_what_to_install() -> None:
+    """asyncpg is an extra: without it ``agent_adapter.ledger`` imports, PostgresLedger
+    constructs, and opening says which extra to install (one line, a LedgerError)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys\n"
+        "sys.modules['asyncpg'] = None\n"
+        "from agent_adapter.ledger import PostgresLedger\n"
+        "from agent_adapter.errors import LedgerError\n"
+        "ledger = PostgresLedger('postgresql://app@db.internal/pay')\n"
+        "try:\n"
+        "    asyncio.run(ledger.open())\n"
+        "except LedgerError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "PostgresLedger needs asyncpg: pip install 'agent-adapter[postgres]'\n",
+        "",
+    )
