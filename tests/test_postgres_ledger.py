@@ -71,20 +71,27 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
 async def test_appends_survive_their_backend_being_terminated(
     postgres_dsn: str, pg_schema: str
 ) -> None:
-    """pg_terminate_backend on the writer's connection, again and again while 16 tasks
-    append: every append is acknowledged once, stored once, and the chain is valid."""
+    """pg_terminate_backend on the writer's connection, four times while 16 tasks append
+    (each kill 100 acknowledgements after the last): every append is acknowledged once,
+    stored once, and the chain is valid."""
     admin = await _admin(postgres_dsn)
     acked: list[tuple[int, str, str]] = []
     kills: list[int] = []
     try:
         async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
             due = asyncio.Event()
+            done = asyncio.Event()
+            target = [100]
+            counter = iter(range(10**6))
 
-            async def appender(k: int) -> None:
-                for i in range(k, 800, 16):
-                    event = await ledger.append(_event(i))
+            async def appender() -> None:
+                # Each task goes on until the killer is done, and appends at least 20.
+                for n in range(10**6):
+                    if done.is_set() and n >= 20:
+                        return
+                    event = await ledger.append(_event(next(counter)))
                     acked.append((event.seq, event.call_id, event.hash))
-                    if len(acked) % 150 == 0:
+                    if len(acked) >= target[0]:
                         due.set()
 
             async def killer() -> None:
@@ -94,22 +101,25 @@ async def test_appends_survive_their_backend_being_terminated(
                     writer = ledger._writer
                     conn = writer._conn if writer is not None else None
                     if conn is None or conn.is_closed():
-                        continue
-                    pid = conn.get_server_pid()
-                    if await admin.fetchval("SELECT pg_terminate_backend($1)", pid):
-                        kills.append(pid)
+                        continue  # reconnecting: the next acknowledgement tries again
+                    if await admin.fetchval(
+                        "SELECT pg_terminate_backend($1)", conn.get_server_pid()
+                    ):
+                        kills.append(len(acked))
+                        target[0] = len(acked) + 100
+                done.set()
 
             kill = asyncio.create_task(killer())
-            await asyncio.gather(*(appender(k) for k in range(16)))
-            kill.cancel()
+            await asyncio.gather(*(appender() for _ in range(16)))
+            await kill
             events = [(e.seq, e.call_id, e.hash) async for e in ledger.read()]
             verification = await ledger.verify()
     finally:
         await admin.close()
-    assert len(kills) >= 3
+    assert len(kills) == 4
     assert sorted(acked) == events
-    assert [e[0] for e in events] == list(range(1, 801))
-    assert verification == Verification(ok=True, checked=800)
+    assert [e[0] for e in events] == list(range(1, len(acked) + 1))
+    assert verification == Verification(ok=True, checked=len(acked))
 
 
 async def test_a_row_altered_with_sql_is_named_by_verify(postgres_dsn: str, pg_schema: str) -> None:
