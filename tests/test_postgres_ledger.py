@@ -39,7 +39,8 @@ class _FlakyCommit:
         return getattr(self._conn, name)
 
     async def execute(self, sql: str, *args: Any) -> Any:
-        if sql == "COMMIT" and not self.tripped:
+        # The statement that ends an append transaction ends with its COMMIT.
+        if sql.endswith("COMMIT") and not self.tripped:
             self.tripped = True
             if self._lands:
                 await self._conn.execute(sql)  # committed; the answer is what is lost

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,10 @@ __all__ = ["PgWriter", "read_since"]
 _log = logging.getLogger("agent_adapter.ledger")
 _astuple = msgspec.structs.astuple
 _UNIQUE_VIOLATION = "23505"
+# A digest as this writer writes it (the empty hash of an empty ledger included).
+_HEX = re.compile(r"[0-9a-f]{64}|")
+# The text a failed check of _closing casts to an integer, to abort the transaction.
+_STALE_MARK = "agent-adapter: the head moved"
 _COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
 # One written batch, for the followers that did not append it (see _sqlite_threads).
 _Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
@@ -73,6 +78,10 @@ class _LostCommit(Exception):
     def __init__(self, seq: int, hash_: str, done: _Done, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.seq, self.hash, self.done, self.cause = seq, hash_, done, cause
+
+
+class _Stale(Exception):
+    """The head was not where this writer last left it: write again, reading it first."""
 
 
 class _ClaimRefused(Exception):
@@ -124,6 +133,8 @@ class PgWriter:
         self._stopping = False
         #: the highest seq a NOTIFY announced (a hint that idle followers lag)
         self.hint = 0
+        #: (seq, hash, mac) of the head as this writer's last transaction left it
+        self._known: tuple[int, str, str] | None = None
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
@@ -136,20 +147,13 @@ class PgWriter:
         self._last_row = (
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
-        # The rows go by binary COPY (measured faster than one INSERT ... FROM unnest that
-        # does it all), then one statement checks the table around them (the head's row
-        # still there, nothing past ours: else rows were deleted from the end, replaced,
-        # or written past the head, and appending would move the head over the evidence),
-        # moves the head and sends the NOTIFY (delivered at COMMIT).
-        # Parameters: the head as locked ($1, $2), the new head ($3-$5), the channel ($6).
-        self._close_rows = (
-            "WITH guard AS (SELECT"
-            f" ($1 = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = $1 AND hash = $2))"
-            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > $3) AS fine),"
-            f" moved AS (UPDATE {s}.head SET seq = $3, hash = $4, mac = $5"
-            " WHERE id = 1 AND (SELECT fine FROM guard) RETURNING seq)"
-            " SELECT (SELECT fine FROM guard), (SELECT pg_notify($6, seq::text) FROM moved)"
-        )
+        # BEGIN and the head lock in one round trip (the simple query protocol), when the
+        # head is expected where this writer's last commit left it.
+        self._begin_locked = f"BEGIN; SELECT 1 FROM {s}.head WHERE id = 1 FOR UPDATE"
+        # The rows go by binary COPY (measured faster than one INSERT ... FROM unnest),
+        # then one round trip checks the table around them, moves the head, sends the
+        # NOTIFY (delivered at COMMIT) and commits: see _closing.
+        self._schema_sql = s
         self._claim = (
             f"INSERT INTO {s}.effect_claims AS c (key, seq, holder, horizon)"
             " SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[])"
@@ -251,6 +255,7 @@ class PgWriter:
             return conn
 
     def _drop(self) -> None:
+        self._known = None
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.terminate()
@@ -269,6 +274,8 @@ class PgWriter:
             except _ClaimRefused as found:
                 refused.update(found.refused)
                 continue
+            except _Stale:
+                continue  # another writer moved the head: read it this time
             except _LostCommit as lost:
                 try:
                     landed = await self._landed(lost.seq, lost.hash, deadline)
@@ -321,6 +328,7 @@ class PgWriter:
             _unchain(batch.events)
 
     async def _rollback(self) -> None:
+        self._known = None
         conn = self._conn
         if conn is not None and not conn.is_closed() and conn.is_in_transaction():
             try:
@@ -355,15 +363,27 @@ class PgWriter:
         refused: dict[int, EffectTaken],
     ) -> _Done:
         where, key = self._where, self._key
-        await conn.execute("BEGIN")
-        head = await conn.fetchrow(self._lock_head)
-        if head is None:
-            raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
-        head_seq, head_hash = int(head[0]), str(head[1])
-        if not hmac.compare_digest(str(head[2]), _head_mac(head_seq, head_hash, key)):
-            # A wrong key (or an altered head): appending would chain under a key the
-            # ledger was not written with.
-            await self._refuse(conn, head_seq, head_hash, mac_fits=False)
+        # Expected, not read, only for a transaction that appends: its rows are checked
+        # against the head at the end. One that only catches up must read the head, or
+        # it would miss what others committed since.
+        known = self._known if any(batch.events for batch in batches) else None
+        if known is not None:
+            # Where our last commit left the head (checked, with its MAC, when the rows
+            # are closed: if another writer moved it, nothing is written and we go again).
+            await conn.execute(self._begin_locked)
+            head_seq, head_hash, head_mac = known
+        else:
+            await conn.execute("BEGIN")
+            head = await conn.fetchrow(self._lock_head)
+            if head is None:
+                raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
+            head_seq, head_hash, head_mac = int(head[0]), str(head[1]), str(head[2])
+            if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
+                head_mac, _head_mac(head_seq, head_hash, key)
+            ):
+                # A wrong key (or an altered head): appending would chain under a key
+                # the ledger was not written with.
+                await self._refuse(conn, head_seq, head_hash, mac_fits=False)
         seq, prev = head_seq, head_hash
         foreign: list[Event] = []
         if follows:
@@ -429,7 +449,6 @@ class PgWriter:
         if claims:
             await self._check_claims(conn, claims)
         if rows:
-            mac = _head_mac(seq, prev, key)
             try:
                 await conn.copy_records_to_table(
                     "events", records=rows, columns=_COLUMNS, schema_name=self._schema
@@ -437,24 +456,72 @@ class PgWriter:
             except Exception as exc:
                 if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
                     raise
-                fine = False  # a row where ours go: written past the head
-            else:
-                fine = await conn.fetchval(
-                    self._close_rows, head_seq, head_hash, seq, prev, mac, self._ledger.channel
-                )
-            if not fine:
-                # Say why from the table as it was, without our rows.
-                await conn.execute("ROLLBACK")
-                await conn.execute("BEGIN")
-                await conn.fetchrow(self._lock_head)
-                await self._refuse(conn, head_seq, head_hash, mac_fits=True)
+                await self._stale_or_refuse(conn, known, head_seq, head_hash)
+        mac = _head_mac(seq, prev, key)
+        closing = self._closing(head_seq, head_hash, head_mac, seq, prev, mac) if rows else "COMMIT"
         try:
-            await conn.execute("COMMIT")
+            await conn.execute(closing)
         except Exception as exc:
-            if rows and not server_refused(exc):
+            if server_refused(exc):
+                if _STALE_MARK in str(exc):
+                    await self._stale_or_refuse(conn, known, head_seq, head_hash)
+                raise
+            if rows:
                 raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
             raise
+        if rows:
+            self._known = (seq, prev, mac)
+        elif known is None:
+            self._known = (head_seq, head_hash, head_mac)
         return foreign, seq, written
+
+    def _closing(
+        self, head_seq: int, head_hash: str, head_mac: str, seq: int, hash_: str, mac: str
+    ) -> str:
+        """The round trip that ends an append transaction: check that the head is the one
+        the rows were chained on and that the table ends at it (the head's row there,
+        nothing past our rows: else rows were deleted from the end, replaced, or written
+        past the head, and appending would move the head over the evidence); move the
+        head; NOTIFY; COMMIT. A failed check raises (a cast of ``_STALE_MARK``), so the
+        COMMIT after it never runs. The simple query protocol takes no parameters: every
+        value is an integer or a hex digest this writer checked, the channel ours."""
+        for text in (head_hash, head_mac, hash_, mac):
+            if not _HEX.fullmatch(text):
+                raise LedgerError(f"ledger {self._where}: its head is unreadable (not hex)")
+        s = self._schema_sql
+        channel = self._ledger.channel.replace("'", "''")
+        return (
+            "WITH guard AS (SELECT"
+            f" EXISTS (SELECT 1 FROM {s}.head WHERE id = 1 AND seq = {head_seq}"
+            f" AND hash = '{head_hash}' AND mac = '{head_mac}')"
+            f" AND ({head_seq} = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = {head_seq}"
+            f" AND hash = '{head_hash}'))"
+            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > {seq}) AS fine),"
+            f" moved AS (UPDATE {s}.head SET seq = {seq}, hash = '{hash_}', mac = '{mac}'"
+            " WHERE id = 1 AND (SELECT fine FROM guard) RETURNING seq)"
+            " SELECT CAST(CASE WHEN (SELECT fine FROM guard) THEN '0'"
+            f" ELSE '{_STALE_MARK}' END AS integer),"
+            f" (SELECT pg_notify('{channel}', seq::text) FROM moved);"
+            " COMMIT"
+        )
+
+    async def _stale_or_refuse(
+        self,
+        conn: asyncpg.Connection,
+        known: tuple[int, str, str] | None,
+        head_seq: int,
+        head_hash: str,
+    ) -> None:
+        """The table did not fit the head the rows were chained on: when that head was
+        only expected (``known``), go again reading it (``_Stale``); else say why."""
+        await conn.execute("ROLLBACK")
+        self._known = None
+        if known is not None:
+            raise _Stale()
+        # Say why from the table as it is, without our rows.
+        await conn.execute("BEGIN")
+        await conn.fetchrow(self._lock_head)
+        await self._refuse(conn, head_seq, head_hash, mac_fits=True)
 
     async def _refuse(
         self, conn: asyncpg.Connection, head_seq: int, head_hash: str, *, mac_fits: bool
