@@ -3,10 +3,11 @@
 Writer. One task per ledger object owns the write connection. Each wake-up takes every
 batch staged since the last one into one transaction:
 
-1. ``SELECT seq, hash, mac FROM head FOR UPDATE``: the row lock is held until COMMIT,
-   so writers of every process commit one at a time, in seq order, and a rollback
-   leaves no gap (seq is explicit, never drawn from a sequence). The head's MAC is
-   checked against the key (a wrong key is refused before anything is chained).
+1. ``BEGIN`` and ``SELECT ... FROM head FOR UPDATE``: the row lock is held until
+   COMMIT, so writers of every process commit one at a time, in seq order, and a
+   rollback leaves no gap (seq is explicit, never drawn from a sequence). The head is
+   read (and its MAC checked against the key) unless this writer's last transaction
+   left it: then both go in one round trip and the head is checked in step 4.
 2. The events others committed since the followers last heard (``seq > delivered``):
    handed to the followers before any waiter wakes, and their effect claims refuse our
    batches that claim the same keys (``Follow.refused``, as in the SQLite store).
@@ -16,13 +17,14 @@ batch staged since the last one into one transaction:
    ``RETURNING key``: the database's own check of the rule of step 2. A key that does
    not come back (a claim step 2 could not see) refuses its batch and the transaction
    is written again without it.
-4. The rows, chained with explicit seq/prev/hash, by binary COPY; then one statement
-   checks that the table ends at the head (else the transaction is rolled back and the
-   append refused), moves the head, and ``pg_notify`` (delivered at commit, in commit
-   order) to wake idle followers.
-5. COMMIT.
+4. The rows, chained with explicit seq/prev/hash, by binary COPY; then one round trip
+   checks that the head is the one they were chained on and that the table ends at it,
+   moves the head, sends ``pg_notify`` (delivered at commit, in commit order, to wake
+   idle followers) and COMMITs. A failed check aborts before the COMMIT: an expected
+   head another writer moved is read and the batch written again; a table that does
+   not end at the head refuses the append (appending would cover the evidence).
 
-Lost commits. A connection that fails during COMMIT leaves the outcome unknown. The
+Lost commits. A connection that fails during step 4 leaves the outcome unknown. The
 writer reconnects and takes the head lock (so the old transaction, which held it, has
 ended one way or the other), then looks for its last row by seq and hash: found, the
 batch committed; not found, it did not, and only then is it written again. Nothing is
@@ -135,6 +137,8 @@ class PgWriter:
         self.hint = 0
         #: (seq, hash, mac) of the head as this writer's last transaction left it
         self._known: tuple[int, str, str] | None = None
+        #: (seq, hash, mac) of this writer's last commit of rows
+        self._mine: tuple[int, str, str] | None = None
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
@@ -372,12 +376,16 @@ class PgWriter:
             # are closed: if another writer moved it, nothing is written and we go again).
             await conn.execute(self._begin_locked)
             head_seq, head_hash, head_mac = known
+            undisturbed = True
         else:
             await conn.execute("BEGIN")
             head = await conn.fetchrow(self._lock_head)
             if head is None:
                 raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
             head_seq, head_hash, head_mac = int(head[0]), str(head[1]), str(head[2])
+            mine = self._mine
+            # Nobody wrote since our last commit: the next transaction may expect the head.
+            undisturbed = mine is not None and (head_seq, head_hash) == mine[:2]
             if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
                 head_mac, _head_mac(head_seq, head_hash, key)
             ):
@@ -470,9 +478,10 @@ class PgWriter:
                 raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
             raise
         if rows:
-            self._known = (seq, prev, mac)
-        elif known is None:
-            self._known = (head_seq, head_hash, head_mac)
+            self._mine = (seq, prev, mac)
+            # Expected next time only while no other writer takes turns with us: in a
+            # fleet the head has mostly moved, and a wrong guess costs a second lock.
+            self._known = self._mine if undisturbed else None
         return foreign, seq, written
 
     def _closing(
