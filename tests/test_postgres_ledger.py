@@ -480,3 +480,10 @@ def test_without_asyncpg_the_package_imports_and_open_says_what_to_install() -> 
         "PostgresLedger needs asyncpg: pip install 'agent-adapter[postgres]'\n",
         "",
     )
+
+
+async def test_a_dsn_that_does_not_parse_is_one_clear_error(pg_schema: str) -> None:
+    """A port that is not a number: 'the DSN is not valid', naming it, before any network."""
+    message = await _refused("postgresql://app@127.0.0.1:notaport/pay", pg_schema)
+    assert message.startswith("ledger postgresql://app@127.0.0.1:notaport/pay (schema ")
+    assert "opening: the DSN is not valid (" in message
