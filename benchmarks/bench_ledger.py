@@ -20,7 +20,13 @@ Every figure is the median over rounds (the variants' order rotates per round), 
 spread (inter-quartile range / median). fsync latency dominates the append figures and
 varies a lot on shared machines: compare the ratios, which are paired per round.
 
-Run: ``python benchmarks/bench_ledger.py [--quick] [--dir DIR]``.
+PostgreSQL (``_bench_postgres``): ``PostgresLedger`` at 1, 16 and 64 appenders and a
+fleet of 4 processes x 16, beside raw asyncpg (one row per transaction, and COPY of 64
+rows per transaction), and executor calls/s on Postgres and SQLite FULL, on a throwaway
+cluster the script starts (or ``$AGENT_ADAPTER_BENCH_POSTGRES_DSN``); skipped with a
+note when no server can start.
+
+Run: ``python benchmarks/bench_ledger.py [--quick] [--dir DIR] [--no-postgres]``.
 """
 
 from __future__ import annotations
@@ -381,6 +387,10 @@ async def main(args: argparse.Namespace) -> None:
         print(f"- rounds: {args.rounds}{' (quick)' if args.quick else ''}\n")
         print(await bench_appends(tmp, args.quick, args.rounds))
         print(await bench_replay(tmp, args.quick, args.rounds))
+        if not args.no_postgres:
+            from _bench_postgres import bench_postgres
+
+            print(await bench_postgres(tmp, args.quick, args.rounds))
 
 
 def parse() -> argparse.Namespace:
@@ -388,6 +398,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run that finishes in seconds")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 7, quick 3)")
     parser.add_argument("--dir", default=None, help="where to put the files (default: tempdir)")
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="skip the PostgreSQL rows (_bench_postgres)"
+    )
     args = parser.parse_args()
     if args.rounds is None:
         args.rounds = 3 if args.quick else 7

@@ -22,3 +22,7 @@ class FakeClock:
 def clock() -> FakeClock:
     """A FakeClock starting at t=1000 s."""
     return FakeClock()
+
+
+# The PostgreSQL fixtures (a throwaway cluster per session, a schema per test).
+pytest_plugins = ["_pg_fixtures"]

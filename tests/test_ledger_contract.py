@@ -1,4 +1,5 @@
-"""The Ledger contract: one suite that every store backend runs (memory, SQLite file)."""
+"""The Ledger contract: one suite that every store backend runs (memory, SQLite file,
+PostgreSQL schema)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from _pg_fixtures import fresh_schema
 
 from agent_adapter.ledger import (
     CallFailed,
@@ -29,14 +31,20 @@ KEY = b"contract-test-key"
 LedgerFactory = Callable[..., Ledger]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerFactory:
-    """A factory for the backend under test (a fresh file per SQLite ledger)."""
+    """A factory for the backend under test (a fresh file per SQLite ledger, a fresh
+    schema per Postgres one, on the session's server)."""
     counter = iter(range(1_000))
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else ""
 
     def make(*, key: bytes | None = None) -> Ledger:
         if request.param == "memory":
             return MemoryLedger(key=key)
+        if request.param == "postgres":
+            from agent_adapter.ledger import PostgresLedger
+
+            return PostgresLedger(dsn, schema=fresh_schema(), key=key)
         return SQLiteLedger(tmp_path / f"ledger-{next(counter)}.db", key=key)
 
     return make

@@ -122,7 +122,11 @@ async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
                 # --duration bounds the whole command: the last pause ends at the
                 # deadline, and the poll after it prints what arrived before it.
                 pause = min(pause, left)
-            await asyncio.sleep(pause)
+            wait = getattr(ledger, "wait_appended", None)
+            if wait is not None:
+                await wait(seen, pause)  # Postgres: woken by LISTEN at once, not per poll
+            else:
+                await asyncio.sleep(pause)
             async for e in ledger.read(after=seen):
                 seen = e.seq
                 if _matches(e, args):

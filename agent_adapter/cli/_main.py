@@ -106,7 +106,22 @@ def _version() -> str:
 
 
 def _add_db(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
-    parser.add_argument("--db", metavar="FILE", help=f"the SQLite ledger file (default: ${DB_ENV})")
+    parser.add_argument(
+        "--db",
+        metavar="FILE",
+        help=(
+            "the SQLite ledger file, or a postgresql://user@host:port/db URL "
+            f"(default: ${DB_ENV})"
+        ),
+    )
+    parser.add_argument(
+        "--schema",
+        metavar="NAME",
+        help=(
+            "the schema of a postgresql:// ledger (default: the URL's ?schema=, "
+            "else agent_adapter)"
+        ),
+    )
     if key:
         parser.add_argument(
             "--key-file",

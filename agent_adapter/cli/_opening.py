@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
-__all__ = ["CliError", "check_ledger_file", "open_ledger", "read_key", "sqlite_message"]
+__all__ = [
+    "CliError",
+    "check_ledger_file",
+    "is_dsn",
+    "open_ledger",
+    "read_key",
+    "sqlite_message",
+]
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -115,12 +122,51 @@ def sqlite_message(path: Path, exc: sqlite3.Error) -> str:
     return f"{path}: {text}"
 
 
+def is_dsn(db: str) -> bool:
+    """True when ``--db`` names a PostgreSQL database rather than a file."""
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def _postgres(args: argparse.Namespace, *, write: bool) -> Ledger:
+    """The ``PostgresLedger`` of a ``postgresql://`` ``--db`` (``--schema`` or ``?schema=``).
+
+    Never creates a schema: a command reads or answers what replicas wrote, and a typo
+    in the schema must not become an empty ledger that says "nothing pending".
+    """
+    from ..ledger._postgres import PostgresLedger
+
+    key = read_key(getattr(args, "key_file", None))
+    try:
+        return PostgresLedger(
+            args.db,
+            schema=getattr(args, "schema", None),
+            key=key,
+            readonly=not write,
+            create=False,
+            timeout_s=args.lock_timeout,
+        )
+    except ValueError as exc:
+        raise CliError(f"--db / --schema: {exc}") from None
+
+
 @contextlib.asynccontextmanager
 async def open_ledger(args: argparse.Namespace, *, write: bool = False) -> AsyncIterator[Ledger]:
-    """An opened ``SQLiteLedger`` on ``--db``, after the checks of ``check_ledger_file``.
+    """An opened ``SQLiteLedger`` on ``--db``, after the checks of ``check_ledger_file``,
+    or a ``PostgresLedger`` when ``--db`` is a ``postgresql://`` URL.
 
     Read-only unless ``write``: a reading command must not need the write lock.
     """
+    if is_dsn(args.db):
+        ledger = _postgres(args, write=write)
+        try:
+            await ledger.open()  # type: ignore[attr-defined]
+            yield ledger
+        finally:
+            with contextlib.suppress(Exception):
+                await ledger.close()
+        return
+    if getattr(args, "schema", None) is not None:
+        raise CliError("--schema is for a postgresql:// --db, not for a ledger file")
     path = Path(args.db)
     check_ledger_file(path, write=write)
     key = read_key(getattr(args, "key_file", None))

@@ -56,6 +56,7 @@ if typing.TYPE_CHECKING:
     # Loaded lazily at run time (``__getattr__`` below); imported here for type checkers,
     # which do not run ``__getattr__`` and would otherwise type SQLiteLedger as object.
     # (``typing.``, not a name imported from it: the package's public names stay its own.)
+    from ._postgres import PostgresLedger
     from ._sqlite import SQLiteLedger
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "Ledger",
     "MemoryLedger",
     "OUTCOME_TAGS",
+    "PostgresLedger",
     "Problem",
     "Record",
     "SQLiteLedger",
@@ -121,4 +123,9 @@ def __getattr__(name: str) -> object:
         from ._sqlite import SQLiteLedger
 
         return SQLiteLedger
+    if name == "PostgresLedger":
+        # asyncpg is an extra: importing it only here keeps the core installable without.
+        from ._postgres import PostgresLedger
+
+        return PostgresLedger
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

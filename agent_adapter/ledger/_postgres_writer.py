@@ -1,0 +1,586 @@
+"""The Postgres ledger's group-commit writer task and its ``LISTEN`` connection.
+
+Writer. One task per ledger object owns the write connection. Each wake-up takes every
+batch staged since the last one into one transaction:
+
+1. ``BEGIN`` and ``SELECT ... FROM head FOR UPDATE``: the row lock is held until
+   COMMIT, so writers of every process commit one at a time, in seq order, and a
+   rollback leaves no gap (seq is explicit, never drawn from a sequence). The head is
+   read (and its MAC checked against the key) unless this writer's last transaction
+   left it: then both go in one round trip and the head is checked in step 4.
+2. The events others committed since the followers last heard (``seq > delivered``):
+   handed to the followers before any waiter wakes, and their effect claims refuse our
+   batches that claim the same keys (``Follow.refused``, as in the SQLite store).
+3. The surviving batches' ``effect.claimed`` keys into ``effect_claims`` with
+   ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the existing claim is the same
+   holder's or one the claimer had heard of (its seq is within the claimer's horizon),
+   ``RETURNING key``: the database's own check of the rule of step 2. A key that does
+   not come back (a claim step 2 could not see) refuses its batch and the transaction
+   is written again without it.
+4. The rows, chained with explicit seq/prev/hash, by binary COPY; then one round trip
+   checks that the head is the one they were chained on and that the table ends at it,
+   moves the head, sends ``pg_notify`` (delivered at commit, in commit order, to wake
+   idle followers) and COMMITs. A failed check aborts before the COMMIT: an expected
+   head another writer moved is read and the batch written again; a table that does
+   not end at the head refuses the append (appending would cover the evidence).
+
+Lost commits. A connection that fails during step 4 leaves the outcome unknown. The
+writer reconnects and takes the head lock (so the old transaction, which held it, has
+ended one way or the other), then looks for its last row by seq and hash: found, the
+batch committed; not found, it did not, and only then is it written again. Nothing is
+appended twice. A database that stays away past ``timeout_s`` fails the batches with
+``LedgerError``: they are not reported done (they may have landed; the next writer that
+reads the ledger sees them, and they are never stored twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import LedgerError
+from ._chain import _damage, chain_hash, make_record
+from ._events import EffectClaimed, Event, decode_event
+from ._follow import EffectTaken, Follow
+from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
+from ._recordable import UnrecordableEvent
+from ._sqlite_head import _head_mac
+from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from ._postgres import PostgresLedger
+
+__all__ = ["PgWriter", "read_since"]
+
+_log = logging.getLogger("agent_adapter.ledger")
+_astuple = msgspec.structs.astuple
+_UNIQUE_VIOLATION = "23505"
+# A digest as this writer writes it (the empty hash of an empty ledger included).
+_HEX = re.compile(r"[0-9a-f]{64}|")
+# The text a failed check of _closing casts to an integer, to abort the transaction.
+_STALE_MARK = "agent-adapter: the head moved"
+_COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
+# One written batch, for the followers that did not append it (see _sqlite_threads).
+_Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
+_Done = tuple[list[Event], int, list[_Written]]
+
+
+class _LostCommit(Exception):
+    """COMMIT was sent and the connection failed before its answer: outcome unknown."""
+
+    def __init__(self, seq: int, hash_: str, done: _Done, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.seq, self.hash, self.done, self.cause = seq, hash_, done, cause
+
+
+class _Stale(Exception):
+    """The head was not where this writer last left it: write again, reading it first."""
+
+
+class _ClaimRefused(Exception):
+    """The claims table refused keys step 2 let through (a writer we could not see)."""
+
+    def __init__(self, refused: dict[int, EffectTaken]) -> None:
+        super().__init__("claims refused")
+        self.refused = refused
+
+
+async def read_since(conn: asyncpg.Connection, schema: str, after: int, where: str) -> list[Event]:
+    """The committed events past ``after``, decoded (in a transaction, or without one)."""
+    events = []
+    rows = await conn.fetch(
+        f"SELECT seq, prev, hash, payload FROM {q(schema)}.events WHERE seq > $1 ORDER BY seq",
+        after,
+    )
+    for seq, prev, hash_, payload in rows:
+        damage = _damage(prev, hash_, payload)
+        if damage:
+            raise LedgerError(
+                f"ledger {where}: seq {seq} (appended by another writer) is damaged: "
+                f"{damage}; see ledger verify"
+            )
+        try:
+            event = decode_event(payload)
+        except Exception as exc:
+            raise LedgerError(
+                f"ledger {where}: the payload of seq {seq} (appended by another writer) "
+                f"cannot be decoded: {exc}"
+            ) from exc
+        event.seq, event.prev, event.hash = seq, prev, hash_
+        events.append(event)
+    return events
+
+
+class PgWriter:
+    """The group-commit writer of one ``PostgresLedger`` (see the module docstring)."""
+
+    def __init__(self, ledger: PostgresLedger, conn: asyncpg.Connection) -> None:
+        self._ledger = ledger
+        self._schema = ledger.schema
+        self._where = ledger.where
+        self._key = ledger._key
+        self._wait_s = ledger.timeout_s
+        self._conn: asyncpg.Connection | None = conn
+        self._pending: list[_Batch] = []
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        #: the highest seq a NOTIFY announced (a hint that idle followers lag)
+        self.hint = 0
+        #: (seq, hash, mac) of the head as this writer's last transaction left it
+        self._known: tuple[int, str, str] | None = None
+        #: (seq, hash, mac) of this writer's last commit of rows
+        self._mine: tuple[int, str, str] | None = None
+        self._task = asyncio.get_running_loop().create_task(
+            self._serve(), name=f"agent-adapter ledger writer {self._where}"
+        )
+        s = q(self._schema)
+        # The head row is read (and locked) by its own statement: under READ COMMITTED a
+        # statement that waited for the row lock sees the head's new version but keeps
+        # its snapshot for every other table, so anything read from events must come
+        # from a statement that starts after the lock is held.
+        self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
+        self._last_row = (
+            f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
+        )
+        # BEGIN and the head lock in one round trip (the simple query protocol), when the
+        # head is expected where this writer's last commit left it.
+        self._begin_locked = f"BEGIN; SELECT 1 FROM {s}.head WHERE id = 1 FOR UPDATE"
+        # The rows go by binary COPY (measured faster than one INSERT ... FROM unnest),
+        # then one round trip checks the table around them, moves the head, sends the
+        # NOTIFY (delivered at COMMIT) and commits: see _closing.
+        self._schema_sql = s
+        self._claim = (
+            f"INSERT INTO {s}.effect_claims AS c (key, seq, holder, horizon)"
+            " SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[])"
+            " ON CONFLICT (key) DO UPDATE SET seq = EXCLUDED.seq, holder = EXCLUDED.holder,"
+            " horizon = EXCLUDED.horizon"
+            " WHERE c.holder = EXCLUDED.holder OR c.seq <= EXCLUDED.horizon"
+            " OR EXCLUDED.holder = ''"
+            " RETURNING key"
+        )
+        self._claimed_by = f"SELECT key, seq FROM {s}.effect_claims WHERE key = ANY($1::text[])"
+        self._hash_at = f"SELECT hash FROM {s}.events WHERE seq = $1"
+
+    # -- the loop side -------------------------------------------------------------------
+
+    def put(self, batches: list[_Batch]) -> None:
+        """Queue ``batches`` for the next transaction (refused once stopping)."""
+        if self._stopping:
+            error = LedgerError(f"ledger {self._where} is closed")
+            for batch in batches:
+                batch.error = error
+            _settle_batches(batches)
+            return
+        self._pending.extend(batches)
+        self._wakeup.set()
+
+    def poke(self, seq: int) -> None:
+        """A NOTIFY said the ledger reached ``seq``: idle followers are handed it."""
+        if seq > self.hint:
+            self.hint = seq
+            self._wakeup.set()
+
+    async def stop(self) -> None:
+        """Write what is queued, then end the task and close the connection."""
+        self._stopping = True
+        self._wakeup.set()
+        await asyncio.shield(self._task)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batches, self._pending = self._pending, []
+            follows = self._ledger._follows
+            try:
+                if batches:
+                    done = await self._write(batches, follows)
+                    # Before the waiters wake: a refused claim finds its cause applied.
+                    _Writer._hand_over(follows, batches, done)
+                    _Writer._wake(batches)
+                elif follows and self.hint > min(f.delivered for f in follows):
+                    await self._deliver(follows)
+            except Exception:  # never out of the task: its waiters would hang
+                _log.exception("ledger %s: the writer failed", self._where)
+                error = LedgerError(f"ledger {self._where}: the writer failed; see the log")
+                for batch in batches:
+                    if batch.error is None and not batch.future.done():
+                        batch.error = error
+                _settle_batches(batches)
+            if self._stopping and not self._pending:
+                return
+
+    async def _deliver(self, follows: tuple[Follow, ...]) -> None:
+        """Idle followers: hand them what others committed (a read, no lock: commits are
+        serialized by the head lock, so what is committed is always a gap-free prefix)."""
+        since = min(f.delivered for f in follows)
+        try:
+            conn = await self._connection(time.monotonic() + self._wait_s)
+            foreign = await read_since(conn, self._schema, since, self._where)
+        except Exception as exc:
+            _log.warning("ledger %s: catching up followers failed: %s", self._where, exc)
+            return
+        if foreign:
+            _Writer._hand_over(follows, [], (foreign, foreign[-1].seq, []))
+
+    # -- transactions --------------------------------------------------------------------
+
+    async def _connection(self, deadline: float) -> asyncpg.Connection:
+        """The write connection, reconnected (waiting up to ``deadline``) when lost."""
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            return conn
+        self._conn = None
+        pause = 0.05
+        while True:
+            try:
+                conn = await self._ledger._connect("appending")
+            except LedgerError as exc:
+                cause = exc.__cause__
+                if cause is None or not connection_lost(cause) or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 1.0)
+                continue
+            self._conn = conn
+            return conn
+
+    def _drop(self) -> None:
+        self._known = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def _write(self, batches: list[_Batch], follows: tuple[Follow, ...]) -> _Done | None:
+        """Commit ``batches`` (see the module docstring); None when they failed."""
+        deadline = time.monotonic() + self._wait_s
+        pause = 0.05
+        refused: dict[int, EffectTaken] = {}
+        while True:
+            for i, batch in enumerate(batches):
+                batch.error = refused.get(i)
+            try:
+                conn = await self._connection(deadline)
+                return await self._transaction(conn, batches, follows, refused)
+            except _ClaimRefused as found:
+                refused.update(found.refused)
+                continue
+            except _Stale:
+                continue  # another writer moved the head: read it this time
+            except _LostCommit as lost:
+                try:
+                    landed = await self._landed(lost.seq, lost.hash, deadline)
+                except Exception as exc:
+                    self._fail(
+                        batches,
+                        LedgerError(
+                            f"ledger {self._where}: appending: the connection was lost during "
+                            f"COMMIT and the ledger could not be read back ({exc}); whether "
+                            f"seq {lost.seq} was written is unknown (see ledger verify; it "
+                            "is never stored twice)"
+                        ),
+                    )
+                    return None
+                if landed:
+                    return lost.done
+                _log.warning(
+                    "ledger %s: COMMIT was lost and did not land; writing it again", self._where
+                )
+                continue
+            except Exception as exc:
+                # Ours (LedgerError, an unrecordable event) or the server's refusal of a
+                # statement leave the connection usable; anything else (a lost or
+                # confused connection, a timeout) may not, so it is dropped, which rolls
+                # the transaction back on the server: it had not reached COMMIT.
+                ours = isinstance(exc, LedgerError | UnrecordableEvent)
+                lost_conn = not ours and not server_refused(exc)
+                if lost_conn:
+                    self._drop()
+                else:
+                    await self._rollback()
+                if (lost_conn or retryable(exc)) and time.monotonic() < deadline:
+                    # Nothing of it committed (the transaction had not reached COMMIT).
+                    await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                    pause = min(pause * 2, 1.0)
+                    continue
+                if isinstance(exc, LedgerError):
+                    error = exc
+                elif isinstance(exc, UnrecordableEvent):
+                    error = exc
+                else:
+                    error = translate(self._where, "appending", exc, self._wait_s)
+                self._fail(batches, error)
+                return None
+
+    def _fail(self, batches: list[_Batch], error: BaseException) -> None:
+        for batch in batches:
+            if batch.error is None:
+                batch.error = error
+            _unchain(batch.events)
+
+    async def _rollback(self) -> None:
+        self._known = None
+        conn = self._conn
+        if conn is not None and not conn.is_closed() and conn.is_in_transaction():
+            try:
+                await conn.execute("ROLLBACK")
+            except Exception:
+                self._drop()
+
+    async def _landed(self, seq: int, hash_: str, deadline: float) -> bool:
+        """After a lost COMMIT: did the row ``seq`` with ``hash_`` commit? Waits for the head
+        lock first, so that the old transaction has ended (committed or rolled back)."""
+        self._drop()
+        pause = 0.05
+        while True:
+            try:
+                conn = await self._connection(deadline)
+                async with conn.transaction():
+                    await conn.fetchrow(self._lock_head)
+                    found = await conn.fetchval(self._hash_at, seq)
+                return bool(found == hash_)
+            except Exception as exc:
+                if server_refused(exc) or time.monotonic() >= deadline:
+                    raise
+                self._drop()
+                await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 1.0)
+
+    async def _transaction(
+        self,
+        conn: asyncpg.Connection,
+        batches: list[_Batch],
+        follows: tuple[Follow, ...],
+        refused: dict[int, EffectTaken],
+    ) -> _Done:
+        where, key = self._where, self._key
+        # Expected, not read, only for a transaction that appends: its rows are checked
+        # against the head at the end. One that only catches up must read the head, or
+        # it would miss what others committed since.
+        known = self._known if any(batch.events for batch in batches) else None
+        if known is not None:
+            # Where our last commit left the head (checked, with its MAC, when the rows
+            # are closed: if another writer moved it, nothing is written and we go again).
+            await conn.execute(self._begin_locked)
+            head_seq, head_hash, head_mac = known
+            undisturbed = True
+        else:
+            await conn.execute("BEGIN")
+            head = await conn.fetchrow(self._lock_head)
+            if head is None:
+                raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
+            head_seq, head_hash, head_mac = int(head[0]), str(head[1]), str(head[2])
+            mine = self._mine
+            # Nobody wrote since our last commit: the next transaction may expect the head.
+            undisturbed = mine is not None and (head_seq, head_hash) == mine[:2]
+            if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
+                head_mac, _head_mac(head_seq, head_hash, key)
+            ):
+                # A wrong key (or an altered head): appending would chain under a key
+                # the ledger was not written with.
+                await self._refuse(conn, head_seq, head_hash, mac_fits=False)
+        seq, prev = head_seq, head_hash
+        foreign: list[Event] = []
+        if follows:
+            since = min(f.delivered for f in follows)
+            if seq > since:
+                foreign = await read_since(conn, self._schema, since, where)
+        here: dict[str, tuple[int, Follow | None]] | None = (
+            {} if follows and _mixed(batches) else None
+        )
+        written: list[_Written] = []
+        rows: list[tuple[Any, ...]] = []
+        # The claims to write: key -> (seq, holder, horizon, batch index)
+        claims: dict[str, tuple[int, str, int, int]] = {}
+        for index, batch in enumerate(batches):
+            if batch.error is not None:  # refused by the claims table in an earlier try
+                _unchain(batch.events)
+                continue
+            owner = batch.owner
+            if owner is not None:
+                if owner.closed:
+                    if any(isinstance(e, EffectClaimed) for e in batch.events):
+                        # Its projection no longer hears the others: its claim could run
+                        # an effect twice.
+                        batch.error = LedgerError(
+                            f"ledger {where}: the executor that made this call was closed; "
+                            "its effect claim was not written and its body does not run"
+                        )
+                        _unchain(batch.events)
+                        continue
+                else:
+                    taken = owner.refused(batch.events, batch.horizon, foreign, here)
+                    if taken is not None:
+                        batch.error = taken
+                        _unchain(batch.events)
+                        continue
+            chained: list[tuple[Any, ...]] = []
+            try:
+                at, link = seq, prev
+                for event in batch.events:
+                    at += 1
+                    record = make_record(event, at, link, key)
+                    chained.append(_astuple(record))
+                    link = record.hash
+            except Exception as exc:
+                if isinstance(exc, UnrecordableEvent):
+                    batch.error = UnrecordableEvent(f"ledger {where}: {exc}", exc.event)
+                else:
+                    batch.error = LedgerError(f"ledger {where}: cannot encode an event: {exc}")
+                batch.error.__cause__ = exc
+                _unchain(batch.events)
+                continue
+            rows.extend(chained)
+            seq, prev = at, link
+            holder = self._ledger._holder(owner)
+            horizon = batch.horizon if owner is not None else 0
+            for event in batch.events:
+                if isinstance(event, EffectClaimed):
+                    if here is not None:
+                        here.setdefault(event.key, (event.seq, owner))
+                    claims[event.key] = (event.seq, holder, horizon, index)
+            if follows:
+                written.append((owner, batch.events, chained))
+        if claims:
+            await self._check_claims(conn, claims)
+        if rows:
+            try:
+                await conn.copy_records_to_table(
+                    "events", records=rows, columns=_COLUMNS, schema_name=self._schema
+                )
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+                    raise
+                await self._stale_or_refuse(conn, known, head_seq, head_hash)
+        mac = _head_mac(seq, prev, key)
+        closing = self._closing(head_seq, head_hash, head_mac, seq, prev, mac) if rows else "COMMIT"
+        try:
+            await conn.execute(closing)
+        except Exception as exc:
+            if server_refused(exc):
+                if _STALE_MARK in str(exc):
+                    await self._stale_or_refuse(conn, known, head_seq, head_hash)
+                raise
+            if rows:
+                raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
+            raise
+        if rows:
+            self._mine = (seq, prev, mac)
+            # Expected next time only while no other writer takes turns with us: in a
+            # fleet the head has mostly moved, and a wrong guess costs a second lock.
+            self._known = self._mine if undisturbed else None
+        return foreign, seq, written
+
+    def _closing(
+        self, head_seq: int, head_hash: str, head_mac: str, seq: int, hash_: str, mac: str
+    ) -> str:
+        """The round trip that ends an append transaction: check that the head is the one
+        the rows were chained on and that the table ends at it (the head's row there,
+        nothing past our rows: else rows were deleted from the end, replaced, or written
+        past the head, and appending would move the head over the evidence); move the
+        head; NOTIFY; COMMIT. A failed check raises (a cast of ``_STALE_MARK``), so the
+        COMMIT after it never runs. The simple query protocol takes no parameters: every
+        value is an integer or a hex digest this writer checked, the channel ours."""
+        for text in (head_hash, head_mac, hash_, mac):
+            if not _HEX.fullmatch(text):
+                raise LedgerError(f"ledger {self._where}: its head is unreadable (not hex)")
+        s = self._schema_sql
+        channel = self._ledger.channel.replace("'", "''")
+        return (
+            "WITH guard AS (SELECT"
+            f" EXISTS (SELECT 1 FROM {s}.head WHERE id = 1 AND seq = {head_seq}"
+            f" AND hash = '{head_hash}' AND mac = '{head_mac}')"
+            f" AND ({head_seq} = 0 OR EXISTS (SELECT 1 FROM {s}.events WHERE seq = {head_seq}"
+            f" AND hash = '{head_hash}'))"
+            f" AND NOT EXISTS (SELECT 1 FROM {s}.events WHERE seq > {seq}) AS fine),"
+            f" moved AS (UPDATE {s}.head SET seq = {seq}, hash = '{hash_}', mac = '{mac}'"
+            " WHERE id = 1 AND (SELECT fine FROM guard) RETURNING seq)"
+            " SELECT CAST(CASE WHEN (SELECT fine FROM guard) THEN '0'"
+            f" ELSE '{_STALE_MARK}' END AS integer),"
+            f" (SELECT pg_notify('{channel}', seq::text) FROM moved);"
+            " COMMIT"
+        )
+
+    async def _stale_or_refuse(
+        self,
+        conn: asyncpg.Connection,
+        known: tuple[int, str, str] | None,
+        head_seq: int,
+        head_hash: str,
+    ) -> None:
+        """The table did not fit the head the rows were chained on: when that head was
+        only expected (``known``), go again reading it (``_Stale``); else say why."""
+        await conn.execute("ROLLBACK")
+        self._known = None
+        if known is not None:
+            raise _Stale()
+        # Say why from the table as it is, without our rows.
+        await conn.execute("BEGIN")
+        await conn.fetchrow(self._lock_head)
+        await self._refuse(conn, head_seq, head_hash, mac_fits=True)
+
+    async def _refuse(
+        self, conn: asyncpg.Connection, head_seq: int, head_hash: str, *, mac_fits: bool
+    ) -> None:
+        """Raise the LedgerError that says why this ledger may not be appended to (off the
+        fast path: the head's MAC does not fit the key, or the table does not end at it)."""
+        where, key = self._where, self._key
+        last = await conn.fetchrow(self._last_row)
+        seq, prev = 0, ""
+        if last is not None:
+            seq, last_prev, prev, payload = int(last[0]), last[1], str(last[2]), bytes(last[3])
+            if key is not None and chain_hash(seq, last_prev, payload, key) != prev:
+                raise LedgerError(
+                    f"ledger {where}: the key does not match the last record (seq {seq}); "
+                    "appending with it would break the chain (wrong key, or the record was "
+                    "altered)"
+                )
+        if head_seq != seq or (seq and head_hash != prev):
+            raise LedgerError(
+                f"ledger {where}: the ledger ends at seq {seq} but its head says {head_seq}: "
+                "events were deleted from the end, replaced, or written without the head; "
+                "appends are refused so that the evidence stays (see ledger verify)"
+            )
+        if not mac_fits:
+            raise LedgerError(
+                f"ledger {where}: its head does not verify under "
+                + ("this key" if key is not None else "no key")
+                + ": a wrong key, or the head was altered; appends are refused (see ledger "
+                "verify)"
+            )
+        raise LedgerError(f"ledger {where}: the table changed under the head lock; try again")
+
+    async def _check_claims(
+        self, conn: asyncpg.Connection, claims: dict[str, tuple[int, str, int, int]]
+    ) -> None:
+        keys = list(claims)
+        values = list(claims.values())
+        won = {
+            row[0]
+            for row in await conn.fetch(
+                self._claim,
+                keys,
+                [v[0] for v in values],
+                [v[1] for v in values],
+                [v[2] for v in values],
+            )
+        }
+        if len(won) == len(keys):
+            return
+        lost = [k for k in keys if k not in won]
+        found = {k: s for k, s in await conn.fetch(self._claimed_by, lost)}
+        await conn.execute("ROLLBACK")
+        raise _ClaimRefused({claims[k][3]: EffectTaken(k, int(found.get(k, 0))) for k in lost})

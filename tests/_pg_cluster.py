@@ -1,0 +1,181 @@
+"""A throwaway PostgreSQL cluster for the tests and benchmarks: initdb, pg_ctl, a free port.
+
+``Cluster.start()`` runs the system's ``initdb`` into a fresh temporary directory and
+``pg_ctl start`` on a free loopback port, with the unix socket in that directory, so
+that runs on one machine never share a server. As root it runs both as the ``postgres``
+user (initdb refuses root). ``stop()`` runs ``pg_ctl stop -m immediate`` and removes the
+directory. ``binaries()`` finds the binaries (``$PG_BIN``, ``pg_config --bindir``,
+``/usr/lib/postgresql/*/bin``), or None (``$PG_BIN``, when set, is the
+only one looked at).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["Cluster", "binaries"]
+
+#: The superuser initdb creates, and its password (asked over TCP, on loopback only).
+SUPERUSER = "aa"
+PASSWORD = "aa-test-secret"
+
+
+def binaries() -> Path | None:
+    """The directory holding initdb and pg_ctl, or None when PostgreSQL is not installed."""
+    candidates: list[str] = []
+    if os.environ.get("PG_BIN"):
+        # An explicit choice: only that directory (so a run can also do without).
+        candidates.append(os.environ["PG_BIN"])
+        path = Path(candidates[0])
+        return path if (path / "initdb").exists() and (path / "pg_ctl").exists() else None
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        try:
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, check=True, timeout=30
+            )
+            candidates.append(out.stdout.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    candidates.extend(sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True))
+    for where in candidates:
+        path = Path(where)
+        if (path / "initdb").exists() and (path / "pg_ctl").exists():
+            return path
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Cluster:
+    """One running throwaway cluster; ``dsn`` connects to its ``postgres`` database."""
+
+    def __init__(self, bindir: Path, root: Path, port: int) -> None:
+        self.bindir = bindir
+        self.root = root
+        self.port = port
+        self.data = root / "data"
+        self.log = root / "server.log"
+
+    @property
+    def dsn(self) -> str:
+        """The loopback DSN of the cluster's ``postgres`` database."""
+        return f"postgresql://{SUPERUSER}:{PASSWORD}@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        command = [str(a) for a in args]
+        if os.geteuid() == 0:
+            # initdb refuses to run as root; the server must not run as root either.
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+    @classmethod
+    def start(cls, bindir: Path, *, extra: tuple[str, ...] = ()) -> Cluster:
+        """initdb and start a cluster on a free loopback port; RuntimeError if it fails."""
+        root = Path(tempfile.mkdtemp(prefix="agent-adapter-pg-"))
+        user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        if user is not None:
+            os.chown(root, user.pw_uid, user.pw_gid)
+        root.chmod(0o700)
+        last = ""
+        for _ in range(5):  # a port taken between the probe and the bind: another one
+            cluster = cls(bindir, root, _free_port())
+            if not cluster.data.exists():
+                pwfile = root / "pwfile"
+                pwfile.write_text(PASSWORD + "\n")
+                if user is not None:
+                    os.chown(pwfile, user.pw_uid, user.pw_gid)
+                done = cluster._run(
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(cluster.data),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    # Passwords over TCP (so a wrong one is refused), none on the socket.
+                    "--auth-host=scram-sha-256",
+                    "--auth-local=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                )
+                if done.returncode != 0:
+                    shutil.rmtree(root, ignore_errors=True)
+                    raise RuntimeError(f"initdb failed: {done.stderr.strip() or done.stdout}")
+            options = " ".join(
+                (
+                    f"-p {cluster.port}",
+                    f"-k {root}",
+                    "-c listen_addresses=127.0.0.1",
+                    "-c max_connections=300",
+                    "-c shared_buffers=128MB",
+                    *extra,
+                )
+            )
+            done = cluster._run(
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(cluster.data),
+                "-l",
+                str(cluster.log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "120",
+                "start",
+            )
+            if done.returncode == 0:
+                return cluster
+            last = done.stderr.strip() or done.stdout.strip()
+            if cluster.log.exists():
+                last += " " + cluster.log.read_text()[-2000:]
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"pg_ctl start failed: {last}")
+
+    def stop(self) -> None:
+        """Stop the server at once and remove its directory (idempotent)."""
+        if self.data.exists():
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart(self) -> None:
+        """Stop and start the server on the same port (a database that went away)."""
+        self.stop_server()
+        self.start_server()
+
+    def stop_server(self) -> None:
+        """Stop the server, keeping its data."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def start_server(self) -> None:
+        """Start the stopped server again on its port."""
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
+        done = self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options + " -c max_connections=300",
+            "-w",
+            "-t",
+            "120",
+            "start",
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()}")
