@@ -138,9 +138,15 @@ async def test_approvals_and_effects_commands_on_a_postgres_ledger(
 
     effects = await asyncio.to_thread(cli, "effects", "list", "--db", db, "--json")
     assert effects.returncode == 0, effects.stderr
-    assert [json.loads(line) for line in effects.stdout.splitlines()] == [
-        {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c3"}
-    ]
+    [listed_key] = [json.loads(line) for line in effects.stdout.splitlines()]
+    # The claim's holder: this process's executor (its id is random), and its lease.
+    holder = {k: listed_key.pop(k) for k in ("holder", "pid", "host", "lease_until")}
+    assert listed_key == {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c3"}
+    assert (holder["pid"], len(holder["holder"]), holder["lease_until"] > 0) == (
+        os.getpid(),
+        12,
+        True,
+    )
     resolved = await asyncio.to_thread(
         cli,
         "effects",
