@@ -211,6 +211,29 @@ async def block(op: Callable[[], Awaitable[Any]], n: int) -> tuple[float, float]
     return (time.perf_counter_ns() - w0) / n, (time.process_time_ns() - c0) / n
 
 
+async def op_round(
+    variants: dict[str, tuple[Callable[[], Awaitable[Any]], int, int]], order: list[str]
+) -> dict[str, tuple[float, float]]:
+    """One round interleaved op by op: op i of every variant (in ``order``) before op
+    i + 1 of any, so that a disk whose fsync latency drifts by milliseconds within
+    seconds (other processes' I/O) slows every variant alike. (wall, CPU) ns per op."""
+    gc.collect()
+    total = {name: [0, 0] for name in order}
+    most = max(count for _, count, _ in variants.values())
+    perf, cpu = time.perf_counter_ns, time.process_time_ns
+    for i in range(most):
+        for name in order:
+            op, count, _ = variants[name]
+            if i >= count:
+                continue
+            w0, c0 = perf(), cpu()
+            await op()
+            acc = total[name]
+            acc[0] += perf() - w0
+            acc[1] += cpu() - c0
+    return {name: (w / variants[name][1], c / variants[name][1]) for name, (w, c) in total.items()}
+
+
 async def main(args: argparse.Namespace) -> None:
     """Time every variant in rotating rounds and print the tables."""
     print(header())
@@ -240,9 +263,13 @@ async def main(args: argparse.Namespace) -> None:
             await op()
         names = list(variants)
         for r in range(args.rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                op, count, per = variants[name]
-                w, c = await block(op, count)
+            order = names[r % len(names) :] + names[: r % len(names)]
+            if args.interleave == "op":
+                measured = await op_round(variants, order)
+            else:
+                measured = {name: await block(*variants[name][:2]) for name in order}
+            for name, (w, c) in measured.items():
+                per = variants[name][2]
                 wall[name].append(w / per)
                 cpu[name].append(c / per)
     finally:
@@ -272,7 +299,10 @@ async def main(args: argparse.Namespace) -> None:
                 "" if target is None else ("yes" if ratio <= target else "**no**"),
             ]
         )
-    print(f"## Durable run_spec vs raw FULL commits ({args.rounds} rounds, interleaved)\n")
+    print(
+        f"## Durable run_spec vs raw FULL commits ({args.rounds} rounds of {n} ops, "
+        f"interleaved by {args.interleave})\n"
+    )
     print(
         markdown_table(
             [
@@ -311,6 +341,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--dir", default=None)
+    parser.add_argument(
+        "--interleave",
+        choices=("op", "block"),
+        default="op",
+        help="op: every variant's i-th op before any (i+1)-th (default); block: a block "
+        "of n ops per variant in turn",
+    )
     args = parser.parse_args()
     if args.rounds is None:
         args.rounds = 3 if args.quick else 9
