@@ -371,6 +371,10 @@ class _NullLedger:
         return
         yield
 
+    async def verify(self, *, deep: bool = False) -> Any:
+        # (The Ledger protocol's method: the executor refuses an object without it.)
+        raise NotImplementedError
+
     async def close(self) -> None:
         pass
 

@@ -142,6 +142,45 @@ async def effect_body(path: str) -> None:
         await executor.call("charge", {"order_id": "A1"}, run_id="r1", call_id="c1")
 
 
+def durability_registry(hang: bool) -> Registry:
+    """Two read-only tools, one per durability; with ``hang`` their bodies announce
+    themselves (``body-started CALL_ID``) and wait until the process is killed."""
+    registry = Registry()
+
+    async def body(call_id: str) -> str:
+        BODIES.append(("peek", call_id))
+        if hang:
+            say(f"body-started {call_id}")
+            await asyncio.Event().wait()  # the parent kills the process here
+        return f"seen-{call_id}"
+
+    @registry.tool(durability="outcome")
+    async def peek(call_id: str) -> str:
+        """Read-only: its pre-body events are committed with its outcome."""
+        return await body(call_id)
+
+    @registry.tool
+    async def look(call_id: str) -> str:
+        """Read-only, with the default write-ahead."""
+        return await body(call_id)
+
+    return registry
+
+
+async def durability_bodies(path: str) -> None:
+    """One finished outcome-durability call (c1), then c2 (outcome) and c3 (write-ahead)
+    whose bodies hang together until the parent kills the process."""
+    async with await Executor.open(durability_registry(False), ledger=SQLiteLedger(path)) as ex:
+        await ex.call("peek", {"call_id": "c1"}, run_id="r1", call_id="c1")
+    say("c1-done")
+    registry = durability_registry(True)
+    async with await Executor.open(registry, ledger=SQLiteLedger(path)) as executor:
+        await asyncio.gather(
+            executor.call("peek", {"call_id": "c2"}, run_id="r1", call_id="c2"),
+            executor.call("look", {"call_id": "c3"}, run_id="r1", call_id="c3"),
+        )
+
+
 async def phase_a(path: str) -> None:
     """Run phase A of the scripted run, report, then hang (a restart mid-run)."""
     clock = SteppedClock()
@@ -229,6 +268,7 @@ async def deploy(path: str, call_id: str) -> None:
 COMMANDS: dict[str, Callable[..., Any]] = {
     "append-stream": append_stream,
     "effect-body": effect_body,
+    "durability-bodies": durability_bodies,
     "phase-a": phase_a,
     "append-n": append_n,
     "read-on-demand": read_on_demand,

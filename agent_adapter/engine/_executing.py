@@ -317,6 +317,11 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         self.state._started(started)
         run.buffer.append(started)
         run.started = True
+        if spec.durability == "outcome":
+            # No effect key, no approval (Registry refuses them): a crash during the body
+            # can lose only the record that this call started, and running it again is
+            # harmless. The buffer is committed with the outcome, in one append.
+            break
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
         # forgotten one. (_flush inlined: the buffer is never empty here.)
         events, run.buffer = run.buffer, []

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, count
 from operator import sub
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -121,6 +121,10 @@ def _effect_fields(template: str) -> set[str]:
     return fields
 
 
+#: When a call's pre-body events are committed (``Registry.tool(durability=...)``).
+Durability = Literal["write-ahead", "outcome"]
+
+
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class ToolSpec:
     """One registered tool: its function, schema, and pipeline options (frozen).
@@ -150,6 +154,9 @@ class ToolSpec:
     #: the function's return annotation when msgspec can rebuild it from JSON, else None:
     #: a cached or replayed value (stored as JSON) is handed back as this type
     result_type: Any = None
+    #: "write-ahead": the call's pre-body events are committed before the body runs;
+    #: "outcome": with its outcome, one commit per call (see ``Registry.tool``)
+    durability: str = "write-ahead"
 
     def exported_to(self, target: str) -> bool:
         """True when the bridge named ``target`` exports this tool."""
@@ -261,6 +268,33 @@ class ToolSpec:
         return {**defaults, **value} if defaults else value
 
 
+def _check_durability(name: str, durability: object, effect: object, confirm: object) -> None:
+    """ToolUsageError unless ``durability`` is allowed for a tool with these options.
+
+    "outcome" writes nothing before the body runs, so a crash during the body leaves no
+    trace of the call. That is only acceptable for a call whose running twice is
+    harmless: a tool with an effect key (its claim must be durable before the effect,
+    or a restart would run it again) or with ``confirm`` (the approval must be on disk
+    before the approved arguments run) keeps the write-ahead.
+    """
+    if durability == "write-ahead":
+        return
+    if durability != "outcome":
+        raise ToolUsageError(
+            f'tool {name}: durability must be "write-ahead" or "outcome", not {durability!r}'
+        )
+    if effect is not None:
+        raise ToolUsageError(
+            f'tool {name}: durability="outcome" is refused for a tool with an effect key: '
+            "its claim must be durable before the body runs"
+        )
+    if confirm is not False:
+        raise ToolUsageError(
+            f'tool {name}: durability="outcome" is refused for a tool with confirm: its '
+            "approval must be durable before the approved arguments run"
+        )
+
+
 def _warn_unannotated(tool: str, fn: Callable[..., Any], stacklevel: int) -> None:
     """Warn (once, at registration) when parameters have no annotation: validation then
     accepts any JSON value for them, which a forgotten annotation should not silently mean."""
@@ -305,6 +339,7 @@ class Registry:
         redact: Sequence[str] = (),
         redact_result: bool = False,
         readonly: bool = False,
+        durability: Durability = "write-ahead",
     ) -> ToolSpec: ...
 
     @overload
@@ -324,6 +359,7 @@ class Registry:
         redact: Sequence[str] = (),
         redact_result: bool = False,
         readonly: bool = False,
+        durability: Durability = "write-ahead",
     ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
 
     def tool(
@@ -342,6 +378,7 @@ class Registry:
         redact: Sequence[str] = (),
         redact_result: bool = False,
         readonly: bool = False,
+        durability: Durability = "write-ahead",
     ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
         """Register a sync or async function; usable bare (``@registry.tool``) or with options.
 
@@ -351,6 +388,14 @@ class Registry:
         ``ToolUsageError``). ``readonly=True`` says the tool changes nothing (exported to
         MCP clients as ``readOnlyHint``); it grants nothing by itself. A parameter without
         a type annotation accepts any JSON value: allowed, with an ``UnannotatedToolWarning``.
+
+        ``durability``: ``"write-ahead"`` (the default) commits a call's
+        ``call.requested``/``call.validated``/``call.started`` before its body runs, so a
+        crash leaves an ambiguous call, never a forgotten one; ``"outcome"`` commits them
+        with the outcome, one commit per call instead of two. A crash during such a body
+        loses the record that the call started (the call is then as if never made), never
+        an effect: it is refused (``ToolUsageError``) for a tool with ``effect`` or
+        ``confirm``.
         """
 
         def register(func: Callable[..., Any], *, stacklevel: int = 2) -> ToolSpec:
@@ -373,6 +418,7 @@ class Registry:
                 redact=redact,
                 redact_result=redact_result,
                 readonly=readonly,
+                durability=durability,
                 args_type=struct,
                 untyped=untyped,
             )
@@ -399,6 +445,7 @@ class Registry:
         redact: Sequence[str] = (),
         redact_result: bool = False,
         readonly: bool = False,
+        durability: Durability = "write-ahead",
     ) -> ToolSpec:
         """Register a tool described by a JSON Schema (e.g. an MCP server's tool).
 
@@ -430,6 +477,7 @@ class Registry:
             redact=redact,
             redact_result=redact_result,
             readonly=readonly,
+            durability=durability,
             validator=cls(schema),
             untyped=True,
         )
@@ -451,6 +499,7 @@ class Registry:
         redact: Sequence[str],
         redact_result: bool,
         readonly: bool = False,
+        durability: str = "write-ahead",
         args_type: type[msgspec.Struct] | None = None,
         validator: Any = None,
         untyped: bool = False,
@@ -465,6 +514,7 @@ class Registry:
             raise ToolUsageError(f"tool {name}: confirm must be a bool or a callable")
         if type(readonly) is not bool:
             raise ToolUsageError(f"tool {name}: readonly must be True or False")
+        _check_durability(name, durability, effect, confirm)
         params = set(schema.get("properties", {}))
         bad_path = check_paths(redact)  # the syntax first: the checks below split paths
         if bad_path is not None:
@@ -520,6 +570,7 @@ class Registry:
             validator=validator,
             untyped=untyped,
             result_type=_result_type(fn),
+            durability=durability,
         )
         self._specs[name] = spec
         return spec

@@ -84,12 +84,13 @@ def mark_path(path: str) -> str:
     return os.path.realpath(path) + MARK_SUFFIX
 
 
-def _encode(seq: int, hash_: str, key: bytes | None) -> bytes:
+def _encode(seq: int, hash_: str, key: bytes | None, mac: str | None = None) -> bytes:
+    # ``mac``: the head's MAC over the same (seq, hash), when the caller has it already.
     line = b"%b %d %b %b" % (
         _MAGIC,
         seq,
         hash_.encode() if hash_ else b"-",
-        _head_mac(seq, hash_, key).encode(),
+        (mac if mac is not None else _head_mac(seq, hash_, key)).encode(),
     )
     return line.ljust(_SIZE - 1) + b"\n"
 
@@ -236,8 +237,11 @@ class MarkWriter:
         except Exception as exc:  # never out of the writer thread: its waiters would hang
             self.error = self._cannot_write(exc)
 
-    def advance(self, seq: int, hash_: str) -> None:
+    def advance(self, seq: int, hash_: str, mac: str | None = None) -> None:
         """After a commit through ``seq`` (last hash ``hash_``): move the mark forward.
+
+        ``mac``: the head MAC that commit stored (``_head_mac`` of the same seq and
+        hash, the mark's own rule), so that it is not computed twice.
 
         Called before the commit's appends are acknowledged. Never raises: a failure
         sets ``error`` (the commit itself stands, and its appends are acknowledged).
@@ -258,13 +262,13 @@ class MarkWriter:
                     if mark is not None and mark.seq >= seq:
                         self._known = data
                         return  # a later commit's mark: never moved back
-                self._write(seq, hash_)
+                self._write(seq, hash_, mac)
         except Exception as exc:  # never out of the writer thread: its waiters would hang
             self.error = self._cannot_write(exc)
 
-    def _write(self, seq: int, hash_: str) -> None:
+    def _write(self, seq: int, hash_: str, mac: str | None = None) -> None:
         assert self._fd is not None
-        record = _encode(seq, hash_, self._key)
+        record = _encode(seq, hash_, self._key, mac)
         os.pwrite(self._fd, record, 0)
         self._known = record
 

@@ -260,8 +260,12 @@ class _Writer(_Worker):
         self._key = ledger._key
         self._wait_s = ledger._busy_timeout_s
         self._mark = mark
-        # (seq, hash) of the last commit that appended, for the mark; None otherwise.
-        self._committed: tuple[int, str] | None = None
+        # (seq, hash, head MAC) of the last commit that appended, for the mark; None
+        # otherwise.
+        self._committed: tuple[int, str, str] | None = None
+        # (data_version, last seq, last hash, head_seq) after our last commit: the tail
+        # as it stands while no other connection commits. None: read it again.
+        self._tail: tuple[int, int, str, object] | None = None
 
     def serve(self) -> None:
         conn = self.conn
@@ -386,11 +390,9 @@ class _Writer(_Worker):
                 _unchain(batch.events)
             return None
 
-    def _transaction(
-        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
-    ) -> tuple[list[Event], int, list[_Written]]:
-        conn.execute("BEGIN IMMEDIATE")
-        # Inside the write lock: another process may have appended since our last commit.
+    def _read_tail(self, conn: sqlite3.Connection) -> tuple[int, str, object]:
+        """(last seq, last hash, the stored head_seq or None), read and checked inside
+        the write lock: another process may have appended since our last commit."""
         head_seq, head_hash, last_seq, last_prev, last_hash, last_payload = conn.execute(
             _LAST
         ).fetchone()
@@ -421,6 +423,23 @@ class _Writer(_Worker):
                     f"{at}: events were deleted from the end (or replaced); appends are "
                     "refused so that the evidence stays (see ledger verify)"
                 )
+        return seq, prev, head_seq
+
+    def _transaction(
+        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
+    ) -> tuple[list[Event], int, list[_Written]]:
+        conn.execute("BEGIN IMMEDIATE")
+        tail, self._tail = self._tail, None
+        key = self._key
+        # PRAGMA data_version changes when another connection (of any process) commits,
+        # never for this connection's own commits. Read inside the write lock and
+        # unchanged since our last commit, the table and head are what that commit left
+        # (checked before it): they need not be read and checked again.
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if tail is not None and tail[0] == version:
+            _, seq, prev, head_seq = tail
+        else:
+            seq, prev, head_seq = self._read_tail(conn)
         if self._mark.error is not None:
             # The table ends before the mark (a damaged WAL took events back), or the
             # mark cannot be kept: appending would move the mark past the evidence.
@@ -489,10 +508,13 @@ class _Writer(_Worker):
             conn.executemany(_INSERT, rows)
             # In the same transaction: the head is exactly as durable as the events.
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
-            conn.execute(put, (seq, prev, _head_mac(seq, prev, key)))
+            mac = _head_mac(seq, prev, key)
+            conn.execute(put, (seq, prev, mac))
         conn.execute("COMMIT")
         if rows:
-            self._committed = (seq, prev)
+            self._committed = (seq, prev, mac)
+            head_seq = seq
+        self._tail = (version, seq, prev, head_seq)
         return foreign, seq, written
 
 
