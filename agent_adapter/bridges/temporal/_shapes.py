@@ -2,10 +2,10 @@
 
 These are plain frozen dataclasses (Temporal's default converter encodes them as JSON),
 imported both by the activities (on the worker) and by the workflow side (inside the
-sandbox), so this module imports nothing but the standard library.
+sandbox), so this module imports nothing but the standard library. No ``from __future__
+import annotations``: the converter reads the field types with ``get_type_hints``, which
+must not depend on the namespace the sandbox evaluates them in.
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
