@@ -115,11 +115,13 @@ class ApprovalGate:
             )
         return checked, ""
 
-    def _validate(self, answer: dict[str, Any]) -> None:
+    # Typed Any: the converter hands over whatever JSON came, so a malformed answer gets
+    # _answer's message instead of "Failed decoding arguments".
+    def _validate(self, answer: Any) -> None:
         if self._problem(answer)[0] is None:
             raise ApplicationError(self._problem(answer)[1], type="approval-rejected")
 
-    def _update(self, answer: dict[str, Any]) -> str:
+    def _update(self, answer: Any) -> str:
         # Checked again: two updates validated in one activation pass the validator before
         # either handler runs; only the first may count.
         checked, problem = self._problem(answer)
@@ -128,7 +130,7 @@ class ApprovalGate:
         self._answers[checked["call_id"]] = checked
         return "approved" if checked["approved"] else "denied"
 
-    def _signal(self, answer: dict[str, Any]) -> None:
+    def _signal(self, answer: Any) -> None:
         checked, problem = self._problem(answer)
         if checked is None:
             workflow.logger.warning("agent-adapter: approval signal ignored: %s", problem)

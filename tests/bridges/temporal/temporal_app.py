@@ -110,10 +110,10 @@ _VOLATILE = {"seq", "ts", "prev", "hash", "duration_ms", "request_id", "outcome_
 async def ledger_view(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
     """The ledger's events without what varies per run (times, chain, random ids), its
     audit's problems, and whether its chain verifies."""
+    import msgspec
+
     from agent_adapter.ledger import replay
     from agent_adapter.ledger._events import encode_event
-
-    import msgspec
 
     ledger = SQLiteLedger(str(path))
     try:

@@ -1,4 +1,6 @@
-"""A real worker process for the crash tests: ``temporal_worker.py ADDRESS QUEUE LEDGER EFFECTS [CRASH_TOOL MARKER]``.
+"""A real worker process for the crash tests.
+
+``temporal_worker.py ADDRESS QUEUE LEDGER EFFECTS [CRASH_TOOL MARKER]``.
 
 Prints ``ready`` once it polls; runs until killed. With CRASH_TOOL it kills itself
 (SIGKILL) right after that tool's outcome is committed. Sticky caching is off
