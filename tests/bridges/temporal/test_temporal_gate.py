@@ -402,3 +402,57 @@ async def test_a_tool_not_exported_to_temporal_is_a_non_retryable_usage_error(
     _, _, result, _ = await _run_with_answer(temporal_env, tmp_path, plan, None)
     assert result == [{"refused": "tool-usage"}, {"refused": "tool-usage"}]
     assert await ledger_view(tmp_path / "ledger.db") == ([], [], True)
+
+
+async def test_the_same_effect_key_in_two_workflows_is_one_effect_and_a_non_retryable_refusal(
+    temporal_env: Any, tmp_path: Path
+) -> None:
+    """A second workflow paying the same order is refused with duplicate-effect: the
+    activity fails once, non-retryable (a retry policy of 5 attempts is not used), and
+    the payment happened once."""
+    client = temporal_env.client
+    queue = _ids()[1]
+    ledger, effects = tmp_path / "ledger.db", tmp_path / "effects.log"
+    plan = {
+        "calls": [{"tool": "pay", "args": {"order_id": "B2", "amount_cents": 7}, "call_id": "c1"}]
+    }
+    async with running_worker(client, queue, ledger, effects):
+        first = await client.start_workflow(AgentRun.run, plan, id=_ids()[0], task_queue=queue)
+        paid = await result_of(first)
+        second = await client.start_workflow(AgentRun.run, plan, id=_ids()[0], task_queue=queue)
+        refused = await result_of(second)
+    history = await second.fetch_history()
+    failures = [
+        e.activity_task_failed_event_attributes.failure
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    info = [
+        (f.application_failure_info.type, f.application_failure_info.non_retryable)
+        for f in failures
+    ]
+    events, problems, verified = await ledger_view(ledger)
+    assert (paid, refused, effects.read_text(), info, started, problems, verified) == (
+        [{"value": {"paid": 7, "order_id": "B2"}}],
+        [{"refused": "duplicate-effect"}],
+        "pay B2 7\n",
+        [("duplicate-effect", True)],
+        [1, 1],  # prepare, then run: each started once
+        [],
+        True,
+    )
+    assert [e for e in events if e["run_id"] == second.id][-1] == {
+        "type": "call.duplicate",
+        "run_id": second.id,
+        "call_id": "c1",
+        "tool": "pay",
+        "key": "pay:B2",
+        "by_run_id": first.id,
+        "by_call_id": "c1",
+        "same_args": True,
+    }
