@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -124,3 +125,21 @@ async def test_the_reviewer_refuses_what_cannot_be_recorded(
         "approval-denied",
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("tag", "source"), [("temporal-worker", "worker.py"), ("temporal-workflow", "workflow.py")]
+)
+async def test_the_readme_blocks_are_the_examples_code(tag: str, source: str) -> None:
+    """The README's Temporal blocks are verbatim parts of the example the tests run."""
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
+    assert len(found) == 1
+    body = found[0].split("\n", 1)[1]
+    code = (EXAMPLE / source).read_text()
+    # The worker's block is indented one level in main(): compared dedented.
+    dedented = "\n".join(
+        line[4:] if line.startswith("    ") else line for line in code.splitlines()
+    )
+    assert body in code or body in dedented + "\n"
