@@ -118,8 +118,9 @@ class ApprovalGate:
     # Typed Any: the converter hands over whatever JSON came, so a malformed answer gets
     # _answer's message instead of "Failed decoding arguments".
     def _validate(self, answer: Any) -> None:
-        if self._problem(answer)[0] is None:
-            raise ApplicationError(self._problem(answer)[1], type="approval-rejected")
+        checked, problem = self._problem(answer)
+        if checked is None:
+            raise ApplicationError(problem, type="approval-rejected")
 
     def _update(self, answer: Any) -> str:
         # Checked again: two updates validated in one activation pass the validator before
@@ -153,7 +154,10 @@ class ApprovalGate:
         except TimeoutError:
             answer = {"approved": False, "reviewer": "", "reason": "timeout"}
         finally:
+            # Used once: a later ask under the same call id (a workflow that repeats a
+            # call) waits for an answer of its own, never this one.
             del self._pending[call_id]
+            self._answers.pop(call_id, None)
         return {
             "approved": answer["approved"],
             "reviewer": answer.get("reviewer", ""),

@@ -456,3 +456,40 @@ async def test_the_same_effect_key_in_two_workflows_is_one_effect_and_a_non_retr
         "by_call_id": "c1",
         "same_args": True,
     }
+
+
+async def test_an_answer_is_used_once_and_a_repeated_call_is_answered_from_the_ledger(
+    temporal_env: Any, tmp_path: Path
+) -> None:
+    """A workflow that asks the same call again waits for a new answer (the first one is
+    spent), and the executor answers the repeat from the ledger: the refund ran once."""
+    client = temporal_env.client
+    wf, queue = _ids()
+    ledger, effects = tmp_path / "ledger.db", tmp_path / "effects.log"
+    step = {"tool": "refund", "args": REFUND, "call_id": "call_1"}
+    answer = {"call_id": "call_1", "approved": True, "reviewer": "alice", "digest": REFUND_DIGEST}
+    async with running_worker(client, queue, ledger, effects):
+        handle = await client.start_workflow(
+            AgentRun.run, {"calls": [step, step]}, id=wf, task_queue=queue
+        )
+        await waiting_at_gate(handle)
+        await handle.execute_update(APPROVE_UPDATE, answer)
+        await waiting_at_gate(handle, prepared=2)
+        asked_again = await handle.query(PENDING_QUERY)
+        await handle.execute_update(APPROVE_UPDATE, {**answer, "reviewer": "bob"})
+        result = await result_of(handle)
+    events, problems, verified = await ledger_view(ledger)
+    assert (asked_again, result, effects.read_text(), problems, verified) == (
+        [{"call_id": "call_1", "tool": "refund", "digest": REFUND_DIGEST, "args": REFUND}],
+        [{"value": "refunded 500 on A1"}, {"value": "refunded 500 on A1"}],
+        "refund A1 500\n",
+        [],
+        True,
+    )
+    assert events[-1] == {
+        "type": "call.replayed",
+        "run_id": wf,
+        "call_id": "call_1",
+        "tool": "refund",
+        "digest": REFUND_DIGEST,
+    }
