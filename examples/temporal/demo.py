@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from common import exit_now
+
 HERE = Path(__file__).resolve().parent
 #: Every wait on a step is bounded: a broken demo stops instead of hanging.
 STEP_TIMEOUT_S = 120.0
@@ -127,4 +129,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -14,7 +14,8 @@ import json
 import sys
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from common import connect, exit_now
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -45,7 +46,7 @@ async def main() -> int:
     parser.add_argument("--reason", default="")
     parser.add_argument("--wait", action="store_true", help="list: wait for a pending call")
     options = parser.parse_args()
-    client = await Client.connect(options.address)
+    client = await connect(options.address, "reviewer")
     handle = client.get_workflow_handle(options.workflow_id)
     try:
         calls = await pending(handle, wait=options.wait)
@@ -81,4 +82,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_now(asyncio.run(main()))

@@ -10,9 +10,8 @@ import asyncio
 import json
 import sys
 
-from temporalio.client import Client
+from common import TASK_QUEUE, connect, exit_now
 from temporalio.service import RPCError
-from worker import TASK_QUEUE
 from workflow import RefundAgent
 
 
@@ -25,7 +24,7 @@ async def main() -> int:
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     parser.add_argument("--wait", action="store_true", help="wait for the result and print it")
     options = parser.parse_args()
-    client = await Client.connect(options.address)
+    client = await connect(options.address, "starter")
     request = {"order_id": options.order, "approval_timeout_s": options.approval_timeout}
     try:
         handle = await client.start_workflow(
@@ -41,4 +40,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_now(asyncio.run(main()))

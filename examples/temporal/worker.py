@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import signal
 
-from temporalio.client import Client
+from common import TASK_QUEUE, connect, exit_now
 from temporalio.worker import Worker
 from tools import registry
 from workflow import RefundAgent
@@ -20,8 +20,6 @@ from agent_adapter import Executor
 from agent_adapter.integrations.temporal import ToolActivities
 from agent_adapter.ledger import SQLiteLedger
 
-TASK_QUEUE = "agent-adapter-example"
-
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,7 +27,7 @@ async def main() -> None:
     parser.add_argument("--ledger", default="ledger.db")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     options = parser.parse_args()
-    client = await Client.connect(options.address)
+    client = await connect(options.address, "worker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -48,3 +46,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+    exit_now(0)

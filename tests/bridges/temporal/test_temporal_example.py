@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -112,7 +113,11 @@ async def test_the_reviewer_refuses_what_cannot_be_recorded(
         0,
         "refund-1",
     )
-    assert wrong == (1, "", "reviewer: not recorded: call 'refund-9' is not waiting for approval\n")
+    assert wrong == (
+        1,
+        "",
+        "reviewer: not recorded: call 'refund-9' is not waiting for approval\n",
+    ), wrong[2]
     assert (missing[0], missing[1], len(missing[2].splitlines()), "Traceback" in missing[2]) == (
         1,
         "",
@@ -142,3 +147,13 @@ async def test_the_readme_blocks_are_the_examples_code(source: str) -> None:
         line[4:] if line.startswith("    ") else line for line in code.splitlines()
     )
     assert body in code or body in dedented + "\n"
+
+
+async def test_a_command_that_cannot_reach_temporal_says_so_in_one_line() -> None:
+    """No server at the address: one line on stderr and exit 1, no traceback."""
+    with socket.socket() as probe:  # a port nothing listens on (bound, then released)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out, err = await _run("reviewer.py", "wf", "list", "--address", f"127.0.0.1:{port}")
+    assert (code, out, len(err.splitlines())) == (1, "", 1)
+    assert err.startswith(f"reviewer: cannot reach Temporal at 127.0.0.1:{port}: ")
