@@ -18,7 +18,7 @@ async def connect(address: str, command: str) -> Client:
         return await Client.connect(address)
     except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
         print(f"{command}: cannot reach Temporal at {address}: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        exit_now(1)
 
 
 def exit_now(code: int) -> NoReturn:

@@ -129,4 +129,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    try:
+        code = main()
+    except SystemExit as stop:  # a step failed: its message, then the same quick exit
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        code = 1 if isinstance(stop.code, str) else int(stop.code or 0)
+    exit_now(code)
