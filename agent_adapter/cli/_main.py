@@ -110,16 +110,14 @@ def _add_db(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
         "--db",
         metavar="FILE",
         help=(
-            "the SQLite ledger file, or a postgresql://user@host:port/db URL "
-            f"(default: ${DB_ENV})"
+            f"the SQLite ledger file, or a postgresql://user@host:port/db URL (default: ${DB_ENV})"
         ),
     )
     parser.add_argument(
         "--schema",
         metavar="NAME",
         help=(
-            "the schema of a postgresql:// ledger (default: the URL's ?schema=, "
-            "else agent_adapter)"
+            "the schema of a postgresql:// ledger (default: the URL's ?schema=, else agent_adapter)"
         ),
     )
     if key:

