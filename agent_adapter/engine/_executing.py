@@ -292,7 +292,13 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     while True:
         effect_key = None
         if spec.effect is not None:
-            inflight = self.state.inflight[run.key]
+            inflight = self.state.inflight.get(run.key)
+            if inflight is None:
+                # The catch-up found this very call id finished by another process (its
+                # outcome took the call out of flight): answer from the ledger, as step 0
+                # would have. Nothing of this attempt is recorded, and the body never runs.
+                run.ended = True
+                return await self._repeat(spec, call.args, run.ctx)
             counted = inflight.counted
             try:
                 effect_key = self._claim(
