@@ -22,12 +22,14 @@ import contextlib
 import getpass
 import json
 import logging
+import os
+import select
 import shlex
 import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -236,9 +238,11 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
             # appears must not reach asyncio's handler, which a blocked read never runs.
             previous = signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
-                out.write(prompt)
-                out.flush()
-                line = stdin.readline()
+                with _signal_wakeup() as wakeup:
+                    out.write(prompt)
+                    out.flush()
+                    _wait_for_line(stdin, wakeup)
+                    line = stdin.readline()
             finally:
                 signal.signal(signal.SIGINT, previous)
         return line.strip() if line else None  # "" is an empty answer, None is EOF
@@ -258,6 +262,46 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
             if text is not None and text.isdigit():
                 return _edit(request, int(text), reviewer)
             print("  an amount is a whole number of cents", file=out)
+
+
+@contextlib.contextmanager
+def _signal_wakeup() -> Iterator[int]:
+    """A pipe that gets a byte for every signal that arrives while it is installed (as
+    ``signal.set_wakeup_fd``); yields its read end. Main thread only."""
+    wake_r, wake_w = os.pipe()
+    try:
+        # Written by the C-level handler: it must never block, even with nobody reading.
+        os.set_blocking(wake_w, False)
+        previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        try:
+            yield wake_r
+        finally:
+            signal.set_wakeup_fd(previous)
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _wait_for_line(stdin: IO[str], wakeup: int) -> None:
+    """Block until ``stdin`` has input, or until a signal arrives: the ^C handler
+    (``default_int_handler``) then raises ``KeyboardInterrupt`` here.
+
+    A blocking ``readline`` alone can sleep through a ^C: the signal's C handler only
+    marks it, and Python runs the handler between bytecodes. A ^C that lands after the
+    last of those and before the read starts, or in another thread (the ledger's), does
+    not interrupt the read, which then waits for a line nobody types. The wakeup pipe
+    gets the signal's byte whenever it came, so the select returns either way.
+    """
+    try:
+        fd = stdin.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        return  # never blocks: nothing to wait for
+    while True:
+        ready, _, _ = select.select([fd, wakeup], [], [])
+        if fd in ready:
+            return
+        # A signal whose handler did not raise (not ^C): drain its byte, keep waiting.
+        os.read(wakeup, 512)
 
 
 class _DemoLedger(SQLiteLedger):

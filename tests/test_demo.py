@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +461,52 @@ def test_demo_interrupted_at_the_prompt_exits_130_at_once(tmp_path: Path) -> Non
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 130
     assert b"Traceback" not in output
+
+
+def _asleep_in_the_kernel(tid: int) -> bool:
+    """Whether thread ``tid`` of this process sleeps in a system call other than a futex
+    (a futex is how a thread waits for the GIL or a lock): Linux ``/proc``."""
+    task = Path(f"/proc/self/task/{tid}")
+    state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "S" and "futex" not in (task / "wchan").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux /proc")
+def test_demo_prompt_ends_on_a_ctrl_c_its_read_did_not_see() -> None:
+    """A ^C whose C-level handler ran while the prompt was already asleep waiting for a
+    line, without interrupting that wait (here it lands in another thread, as it can land
+    in the ledger's, or just before the read begins), still ends the prompt at once with
+    KeyboardInterrupt: no line has to be typed first."""
+    read_fd, write_fd = os.pipe()
+    stdin = os.fdopen(read_fd, "r")  # a real file: the prompt waits for it in the kernel
+    main = threading.get_native_id()
+    ended, rescued = threading.Event(), threading.Event()
+
+    def interrupt() -> None:
+        # Gated on the main thread's state, not on time: it is asleep in the prompt's wait.
+        while not _asleep_in_the_kernel(main):
+            os.sched_yield()
+        # Thread-directed: the C handler runs here, so the main thread's wait sees no EINTR.
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        if not ended.wait(TIMEOUT_S):
+            rescued.set()
+            os.write(write_fd, b"y\n")  # let a prompt that slept through it return
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    helper.start()
+    out = io.StringIO()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            demo._ask(None, "tty", out, stdin)
+    finally:
+        ended.set()
+        helper.join()
+        stdin.close()
+        os.close(write_fd)
+    assert not rescued.is_set(), "the ^C ended the prompt only once a line was typed"
+    assert out.getvalue() == "  approve? [y]es / [n]o / [e]dit amount: "
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.set_wakeup_fd(-1) == -1  # the prompt put back the wakeup fd it found
 
 
 def _without(path_var: str, directory: Path) -> str:
