@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LedgerError
 from ._chain import Record, Verification, verify_records
 from ._events import Event, decode_event
-from ._follow import Follow, Followers, appending
+from ._follow import Follow
 from ._postgres_schema import (
     FORMAT,
     SCHEMA_VERSION,
@@ -38,8 +38,9 @@ from ._postgres_schema import (
 )
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_head import _check_head, _head_mac
-from ._sqlite_threads import _Batch, _settle_batches
+from ._sqlite_threads import _Batch
 from ._sqlite_verify import _columns_match
+from ._staging import GroupCommit
 
 if TYPE_CHECKING:
     import asyncpg
@@ -52,7 +53,7 @@ _READ_PAGE = 2048
 _log = logging.getLogger("agent_adapter.ledger")
 
 
-class PostgresLedger(Followers):
+class PostgresLedger(GroupCommit):
     """A ledger in one PostgreSQL schema, shared by every replica that opens it.
 
     ``PostgresLedger(dsn, *, schema="agent_adapter", key=None, readonly=False,
@@ -352,40 +353,12 @@ class PostgresLedger(Followers):
             await self._open_for_appends()
         await self._stage([])
 
-    def _stage(self, events: list[Event]) -> asyncio.Future[None]:
-        if self._closed:
-            raise LedgerError(f"ledger {self.where} is closed")
-        if self._keyed and self._key is None:
-            raise LedgerError(
-                f"ledger {self.where} is keyed (HMAC): appending needs its key "
-                "(PostgresLedger(dsn, key=...))"
-            )
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        owner = appending.get()
-        if owner is None or owner.ledger is not self:
-            self._staged.append(_Batch(events, future))
-        else:
-            # The horizon is read and the batch counted together (Follow.committed).
-            owner.staged += 1
-            self._staged.append(_Batch(events, future, owner.horizon, owner))
-        if not self._kick_scheduled:
-            self._kick_scheduled = True
-            loop.call_soon(self._kick)
-        return future
+    _KEY_HINT = "PostgresLedger(dsn, key=...)"
 
-    def _kick(self) -> None:
-        self._kick_scheduled = False
-        staged, self._staged = self._staged, []
-        if not staged:
-            return
-        writer = self._writer
-        if writer is None:
-            error = LedgerError(f"ledger {self.where} is closed")
-            for batch in staged:
-                batch.error = error
-            _settle_batches(staged)
-            return
+    def _where(self) -> str:
+        return self.where
+
+    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
         writer.put(staged)
 
     # -- LISTEN ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import LedgerError
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
-from ._follow import Follow, Followers, appending
+from ._follow import Follow
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _FORMAT,
@@ -50,8 +50,9 @@ from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
 from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
 from ._sqlite_mark import check_before_create
-from ._sqlite_threads import _Batch, _ReadOnlyReader, _settle_batches, _Worker, _Writer
+from ._sqlite_threads import _Batch, _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
+from ._staging import GroupCommit
 
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
@@ -59,7 +60,7 @@ _READ_PAGE = 2048
 _log = logging.getLogger("agent_adapter.ledger")
 
 
-class SQLiteLedger(Followers):
+class SQLiteLedger(GroupCommit):
     """A ledger in one SQLite file (WAL mode), shared safely by several processes.
 
     ``SQLiteLedger(path, *, synchronous="FULL", key=None, busy_timeout_s=30.0,
@@ -330,44 +331,12 @@ class SQLiteLedger(Followers):
             await self._open_for_appends()
         await self._stage([])
 
-    def _stage(self, events: list[Event]) -> asyncio.Future[None]:
-        """Queue ``events`` for the next commit; the future is settled once it committed."""
-        if self._closed:
-            raise LedgerError(f"ledger {self.path} is closed")
-        if self._keyed and self._key is None:
-            raise LedgerError(
-                f"ledger {self.path} is keyed (HMAC): appending needs its key "
-                "(SQLiteLedger(path, key=...))"
-            )
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        owner = appending.get()
-        if owner is None or owner.ledger is not self:
-            self._staged.append(_Batch(events, future))
-        else:
-            # The horizon is read and the batch counted together (no await between):
-            # Follow.committed relies on it.
-            owner.staged += 1
-            self._staged.append(_Batch(events, future, owner.horizon, owner))
-        if not self._kick_scheduled:
-            # Hand everything staged in this loop iteration to the writer at once: all
-            # appenders woken by one commit join the next one together.
-            self._kick_scheduled = True
-            loop.call_soon(self._kick)
-        return future
+    _KEY_HINT = "SQLiteLedger(path, key=...)"
 
-    def _kick(self) -> None:
-        self._kick_scheduled = False
-        staged, self._staged = self._staged, []
-        if not staged:
-            return
-        writer = self._writer
-        if writer is None:
-            error = LedgerError(f"ledger {self.path} is closed")
-            for batch in staged:
-                batch.error = error
-            _settle_batches(staged)
-            return
+    def _where(self) -> str:
+        return str(self.path)
+
+    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
         writer.queue.put(staged)
 
     # -- reads --------------------------------------------------------------------------

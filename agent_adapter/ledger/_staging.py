@@ -1,0 +1,79 @@
+"""The front of a group commit, shared by the stores that have a writer (SQLite, Postgres).
+
+Appends made in one loop iteration are staged and handed to the store's writer together,
+so all appenders woken by one commit join the next one. Each store supplies its writer
+(``_put_staged``), its name for messages (``_where``) and how to pass a key (``_KEY_HINT``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import LedgerError
+from ._events import Event
+from ._follow import Followers, appending
+from ._sqlite_threads import _Batch, _settle_batches
+
+__all__ = ["GroupCommit"]
+
+
+class GroupCommit(Followers):
+    """Followers plus the staging of appends for one writer (``_stage``, ``_kick``)."""
+
+    #: how the store's constructor takes a key, for the message of a keyed ledger
+    _KEY_HINT = ""
+    _closed: bool
+    _keyed: bool
+    _key: bytes | None
+    _writer: Any
+    _staged: list[_Batch]
+    _kick_scheduled: bool
+
+    def _where(self) -> str:
+        """The ledger's name in messages (a path, a database URL without its password)."""
+        raise NotImplementedError
+
+    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+        """Hand ``staged`` to ``writer`` for its next transaction."""
+        raise NotImplementedError
+
+    def _stage(self, events: list[Event]) -> asyncio.Future[None]:
+        """Queue ``events`` for the next commit; the future is settled once it committed."""
+        if self._closed:
+            raise LedgerError(f"ledger {self._where()} is closed")
+        if self._keyed and self._key is None:
+            raise LedgerError(
+                f"ledger {self._where()} is keyed (HMAC): appending needs its key "
+                f"({self._KEY_HINT})"
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        owner = appending.get()
+        if owner is None or owner.ledger is not self:
+            self._staged.append(_Batch(events, future))
+        else:
+            # The horizon is read and the batch counted together (no await between):
+            # Follow.committed relies on it.
+            owner.staged += 1
+            self._staged.append(_Batch(events, future, owner.horizon, owner))
+        if not self._kick_scheduled:
+            # Hand everything staged in this loop iteration to the writer at once: all
+            # appenders woken by one commit join the next one together.
+            self._kick_scheduled = True
+            loop.call_soon(self._kick)
+        return future
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        writer = self._writer
+        if writer is None:
+            error = LedgerError(f"ledger {self._where()} is closed")
+            for batch in staged:
+                batch.error = error
+            _settle_batches(staged)
+            return
+        self._put_staged(writer, staged)
