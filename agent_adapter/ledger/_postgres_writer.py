@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import LedgerError
-from ._chain import _damage, chain_hash, make_record
+from ._chain import _damage, chain_hash
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import EffectTaken, Follow
 from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
 from ._recordable import UnrecordableEvent
 from ._sqlite_head import _head_mac
-from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer
+from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer, chain_batch
 
 if TYPE_CHECKING:
     import asyncpg
@@ -410,41 +410,11 @@ class PgWriter:
                 _unchain(batch.events)
                 continue
             owner = batch.owner
-            if owner is not None:
-                if owner.closed:
-                    if any(isinstance(e, EffectClaimed) for e in batch.events):
-                        # Its projection no longer hears the others: its claim could run
-                        # an effect twice.
-                        batch.error = LedgerError(
-                            f"ledger {where}: the executor that made this call was closed; "
-                            "its effect claim was not written and its body does not run"
-                        )
-                        _unchain(batch.events)
-                        continue
-                else:
-                    taken = owner.refused(batch.events, batch.horizon, foreign, here)
-                    if taken is not None:
-                        batch.error = taken
-                        _unchain(batch.events)
-                        continue
-            chained: list[tuple[Any, ...]] = []
-            try:
-                at, link = seq, prev
-                for event in batch.events:
-                    at += 1
-                    record = make_record(event, at, link, key)
-                    chained.append(_astuple(record))
-                    link = record.hash
-            except Exception as exc:
-                if isinstance(exc, UnrecordableEvent):
-                    batch.error = UnrecordableEvent(f"ledger {where}: {exc}", exc.event)
-                else:
-                    batch.error = LedgerError(f"ledger {where}: cannot encode an event: {exc}")
-                batch.error.__cause__ = exc
-                _unchain(batch.events)
+            done = chain_batch(batch, seq, prev, key, where, foreign, here)
+            if done is None:
                 continue
+            chained, seq, prev = done
             rows.extend(chained)
-            seq, prev = at, link
             holder = self._ledger._holder(owner)
             horizon = batch.horizon if owner is not None else 0
             for event in batch.events:

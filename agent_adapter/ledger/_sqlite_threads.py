@@ -458,46 +458,14 @@ class _Writer(_Worker):
         )
         written: list[_Written] = []
         rows: list[tuple[Any, ...]] = []
+        where = str(self._path)
         for batch in batches:
             owner = batch.owner
-            if owner is not None:
-                if owner.closed:
-                    if any(isinstance(e, EffectClaimed) for e in batch.events):
-                        # Its projection no longer hears the others: its claim could run
-                        # an effect twice.
-                        batch.error = LedgerError(
-                            f"ledger {self._path}: the executor that made this call was "
-                            "closed; its effect claim was not written and its body does "
-                            "not run"
-                        )
-                        _unchain(batch.events)
-                        continue
-                else:
-                    taken = owner.refused(batch.events, batch.horizon, foreign, here)
-                    if taken is not None:
-                        batch.error = taken
-                        _unchain(batch.events)
-                        continue
-            chained: list[tuple[Any, ...]] = []
-            try:
-                at, link = seq, prev
-                for event in batch.events:
-                    at += 1
-                    record = make_record(event, at, link, key)
-                    # Record's fields are in the column order of _INSERT.
-                    chained.append(_astuple(record))
-                    link = record.hash
-            except Exception as exc:
-                # Only this caller's events are refused; the others still commit.
-                if isinstance(exc, UnrecordableEvent):
-                    batch.error = UnrecordableEvent(f"ledger {self._path}: {exc}", exc.event)
-                else:
-                    batch.error = LedgerError(f"ledger {self._path}: cannot encode an event: {exc}")
-                batch.error.__cause__ = exc
-                _unchain(batch.events)
+            done = chain_batch(batch, seq, prev, key, where, foreign, here)
+            if done is None:
                 continue
+            chained, seq, prev = done
             rows.extend(chained)
-            seq, prev = at, link
             if here is not None:
                 for event in batch.events:
                     if isinstance(event, EffectClaimed):
@@ -539,6 +507,59 @@ def _decoded(events: list[Event], rows: list[tuple[Any, ...]]) -> list[Event]:
         copy.seq, copy.prev, copy.hash = seq, prev, hash_
         out.append(copy)
     return out
+
+
+def chain_batch(
+    batch: _Batch,
+    seq: int,
+    prev: str,
+    key: bytes | None,
+    where: str,
+    foreign: list[Event],
+    here: dict[str, tuple[int, Follow | None]] | None,
+) -> tuple[list[tuple[Any, ...]], int, str] | None:
+    """One caller's batch in a group commit, chained after ``seq``/``prev``: its rows
+    and the new ``(seq, prev)``; or None when it is refused (``batch.error`` set, its
+    events unchained): an effect claim of a closed executor, a claim another writer's
+    events (``foreign``) or an earlier batch of this commit (``here``) took first, or an
+    event that cannot be recorded. Only this caller's events are refused; the others
+    still commit. Both writer stores call it in their transaction."""
+    owner = batch.owner
+    if owner is not None:
+        if owner.closed:
+            if any(isinstance(e, EffectClaimed) for e in batch.events):
+                # Its projection no longer hears the others: its claim could run an
+                # effect twice.
+                batch.error = LedgerError(
+                    f"ledger {where}: the executor that made this call was closed; its "
+                    "effect claim was not written and its body does not run"
+                )
+                _unchain(batch.events)
+                return None
+        else:
+            taken = owner.refused(batch.events, batch.horizon, foreign, here)
+            if taken is not None:
+                batch.error = taken
+                _unchain(batch.events)
+                return None
+    chained: list[tuple[Any, ...]] = []
+    try:
+        at, link = seq, prev
+        for event in batch.events:
+            at += 1
+            record = make_record(event, at, link, key)
+            # Record's fields are in the column order of the stores' inserts.
+            chained.append(_astuple(record))
+            link = record.hash
+    except Exception as exc:
+        if isinstance(exc, UnrecordableEvent):
+            batch.error = UnrecordableEvent(f"ledger {where}: {exc}", exc.event)
+        else:
+            batch.error = LedgerError(f"ledger {where}: cannot encode an event: {exc}")
+        batch.error.__cause__ = exc
+        _unchain(batch.events)
+        return None
+    return chained, at, link
 
 
 def _unchain(events: list[Event]) -> None:
