@@ -18,7 +18,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError
@@ -293,22 +293,6 @@ class PostgresLedger(GroupCommit):
 
     # -- appends ---------------------------------------------------------------------------
 
-    async def append(self, event: Event) -> Event:
-        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
-        if self._writer is None:
-            await self._open_for_appends()
-        await self._stage([event])
-        return event
-
-    async def append_many(self, events: Sequence[Event]) -> list[Event]:
-        """Store ``events`` contiguously, in order, in one transaction."""
-        batch = list(events)
-        if batch:
-            if self._writer is None:
-                await self._open_for_appends()
-            await self._stage(batch)
-        return batch
-
     async def _open_for_appends(self) -> None:
         if self.readonly:
             raise LedgerError(f"ledger {self.where} is open read-only")
@@ -344,14 +328,6 @@ class PostgresLedger(GroupCommit):
     def _unfollow(self, follower: Follow) -> None:
         super()._unfollow(follower)
         self._holders.pop(follower, None)
-
-    async def catch_up(self) -> None:
-        """Hand every follower of this object what others committed until now."""
-        if not self._follows:
-            return
-        if self._writer is None:
-            await self._open_for_appends()
-        await self._stage([])
 
     _KEY_HINT = "PostgresLedger(dsn, key=...)"
 

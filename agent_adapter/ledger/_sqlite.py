@@ -26,7 +26,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..errors import LedgerError
@@ -279,22 +279,6 @@ class SQLiteLedger(GroupCommit):
 
     # -- appends ------------------------------------------------------------------------
 
-    async def append(self, event: Event) -> Event:
-        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
-        if self._writer is None:
-            await self._open_for_appends()
-        await self._stage([event])
-        return event
-
-    async def append_many(self, events: Sequence[Event]) -> list[Event]:
-        """Store ``events`` contiguously, in order, in one transaction."""
-        batch = list(events)
-        if batch:
-            if self._writer is None:
-                await self._open_for_appends()
-            await self._stage(batch)
-        return batch
-
     async def _open_for_appends(self) -> None:
         # Off the hot path: only reached while no writer runs, which read-only is always.
         if self.readonly:
@@ -318,18 +302,6 @@ class SQLiteLedger(GroupCommit):
         """
         follower = Follow(self, apply, after, asyncio.get_running_loop())
         return self._add_follower(follower)
-
-    async def catch_up(self) -> None:
-        """Hand every follower of this object what others committed until now.
-
-        One empty commit: after it, each follower has been handed everything committed
-        by anyone else up to it, whoever calls this.
-        """
-        if not self._follows:
-            return
-        if self._writer is None:
-            await self._open_for_appends()
-        await self._stage([])
 
     _KEY_HINT = "SQLiteLedger(path, key=...)"
 

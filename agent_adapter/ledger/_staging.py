@@ -8,6 +8,7 @@ so all appenders woken by one commit join the next one. Each store supplies its 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LedgerError
@@ -37,6 +38,38 @@ class GroupCommit(Followers):
     def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
         """Hand ``staged`` to ``writer`` for its next transaction."""
         raise NotImplementedError
+
+    async def _open_for_appends(self) -> None:
+        """Start the writer (refusing a read-only ledger)."""
+        raise NotImplementedError
+
+    async def append(self, event: Event) -> Event:
+        """Store ``event``; returns it with ``seq``, ``prev`` and ``hash`` set, once committed."""
+        if self._writer is None:
+            await self._open_for_appends()
+        await self._stage([event])
+        return event
+
+    async def append_many(self, events: Sequence[Event]) -> list[Event]:
+        """Store ``events`` contiguously, in order, in one transaction."""
+        batch = list(events)
+        if batch:
+            if self._writer is None:
+                await self._open_for_appends()
+            await self._stage(batch)
+        return batch
+
+    async def catch_up(self) -> None:
+        """Hand every follower of this object what others committed until now.
+
+        One empty commit: after it, each follower has been handed everything committed
+        by anyone else up to it, whoever calls this.
+        """
+        if not self._follows:
+            return
+        if self._writer is None:
+            await self._open_for_appends()
+        await self._stage([])
 
     def _stage(self, events: list[Event]) -> asyncio.Future[None]:
         """Queue ``events`` for the next commit; the future is settled once it committed."""
