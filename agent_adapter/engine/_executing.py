@@ -285,6 +285,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                 ),
             )
             return value
+    append_now = self._append_now
     caught_up = False
     refusals = 0
     before: tuple[Any, bool, Any] = (None, False, None)
@@ -333,7 +334,10 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         events, run.buffer = run.buffer, []
         try:
             try:
-                await self.ledger.append_many(events)
+                if append_now is not None:
+                    append_now(events)
+                else:
+                    await self.ledger.append_many(events)
             except UnrecordableEvent as refused:  # (never for what the boundary checked)
                 await append_repaired(self.ledger, events, refused)
         except EffectTaken as taken:
@@ -380,63 +384,13 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                     await asyncio.wait((writing,))
     except _Stop:
         raise
-    except AdapterError as exc:
-        if isinstance(exc, ToolError) and exc.recorded_by is not None:
-            # A ToolError says "this tool did nothing", which frees its effect key;
-            # one that came out of a nested call is that call's outcome, not this
-            # body's statement: this body may have done its effect before it.
-            error = ToolFailed(
-                f"{spec.name} failed: a nested call {exc.recorded_by[1]} raised {exc.kind}: {exc}"
-            )
-            error.__cause__ = exc
-            raise _Stop(self._failed(run, error), error) from None
-        raise _Stop(self._failed(run, exc), exc) from None
     except Exception as exc:
-        # A TimeoutError that is not our deadline's lands here too: the tool's own.
-        error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
-        error.__cause__ = exc
-        raise _Stop(self._failed(run, error), error) from None
+        raise _body_failed(self, run, exc) from None
     if spec.output_guards or self._output_guards:
         await self._guard(
             run, call, "output", spec.output_guards + self._output_guards, (call, result)
         )
-    try:
-        # Keys as text (what JSON holds): {1: ...} and {"1": ...} are one key in the
-        # ledger, so what is recorded reads back as it was recorded.
-        builtins = msgspec.to_builtins(result, str_keys=True)
-        result_digest = digest(builtins) if spec.redact_result else ""
-        if type(builtins) is str:
-            if not builtins.isascii():
-                builtins.encode("utf-8")  # a lone surrogate cannot be stored
-        elif isinstance(builtins, _CONTAINERS):
-            # Encoded once here so that a value the ledger cannot store (a lone
-            # surrogate, nesting past the encoder's limit) ends the call as a failure
-            # (with its effect key ambiguous: the body ran) rather than with no outcome.
-            _encode(builtins)
-    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
-        error = ToolFailed(f"{spec.name} returned a value that cannot be encoded: {exc}")
-        error.__cause__ = exc
-        raise _Stop(self._failed(run, error), error) from None
-    now = clock()
-    if spec.redact_result:
-        outcome = CallSucceeded(
-            ts=now,
-            run_id=ctx.run_id,
-            call_id=ctx.call_id,
-            tool=spec.name,
-            duration_ms=(now - run.t0) * 1000.0,
-            result_digest=result_digest,
-            redacted=True,
-        )
-    else:
-        outcome = CallSucceeded(
-            ts=now,
-            run_id=ctx.run_id,
-            call_id=ctx.call_id,
-            tool=spec.name,
-            duration_ms=(now - run.t0) * 1000.0,
-            result=builtins,
-        )
+    outcome = _succeeded(self, run, result)
     # _end inlined for the success outcome (the common one): same order of steps.
     # The run stays warm until the outcome is written (Projection.pinned); a MemoryLedger
     # appends without suspending, so nobody can see it applied and not written.
@@ -451,7 +405,10 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         run.ended = True
         events, run.buffer = run.buffer, []
         try:
-            await self.ledger.append_many(events)
+            if append_now is not None:
+                append_now(events)
+            else:
+                await self.ledger.append_many(events)
         except UnrecordableEvent as refused:  # (never for what the boundary checked)
             await append_repaired(self.ledger, events, refused)
     except asyncio.CancelledError:
@@ -469,6 +426,126 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
     if self._after:
         await self._after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
     return result
+
+
+async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
+    """Steps 9-10 for a plain call: ``_execute`` with nothing to decide.
+
+    For an async body with no cache, effect key, timeout, output guard, ``on_event`` or
+    ``after_tool`` hook (``run_spec`` checks): the same events in the same appends, the
+    same outcomes and errors, without the steps that would do nothing. A MemoryLedger is
+    written to directly (``append_now``): nothing can see an event applied and not stored.
+    """
+    spec = run.spec
+    ctx = run.ctx
+    started = CallStarted(
+        ts=self._clock(),
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=spec.name,
+        digest=call.digest,
+    )
+    state = self.state
+    state._started(started)
+    run.buffer.append(started)
+    run.started = True
+    append_now = self._append_now
+    if spec.durability != "outcome":
+        events, run.buffer = run.buffer, []
+        try:
+            try:
+                if append_now is not None:
+                    append_now(events)
+                else:
+                    await self.ledger.append_many(events)
+            except UnrecordableEvent as refused:  # (never for what the boundary checked)
+                await append_repaired(self.ledger, events, refused)
+        except Exception:
+            self._rollback(run)
+            raise
+    run.reached_body = True
+    try:
+        result = await spec.fn(**call.args)
+    except _Stop:
+        raise
+    except Exception as exc:
+        raise _body_failed(self, run, exc) from None
+    outcome = _succeeded(self, run, result)
+    if append_now is None:
+        await self._end(run, outcome, value=result)
+        return result
+    state._outcome(outcome)
+    run.buffer.append(outcome)
+    run.ended = True
+    events, run.buffer = run.buffer, []
+    try:
+        append_now(events)
+    except UnrecordableEvent as refused:  # (never for what the boundary checked)
+        await append_repaired(self.ledger, events, refused)
+    return result
+
+
+def _body_failed(self: Executor, run: _Run, exc: Exception) -> _Stop:
+    """The outcome of a body that raised ``exc``, as the ``_Stop`` that ends the call."""
+    spec = run.spec
+    if isinstance(exc, AdapterError):
+        if isinstance(exc, ToolError) and exc.recorded_by is not None:
+            # A ToolError says "this tool did nothing", which frees its effect key;
+            # one that came out of a nested call is that call's outcome, not this
+            # body's statement: this body may have done its effect before it.
+            error: AdapterError = ToolFailed(
+                f"{spec.name} failed: a nested call {exc.recorded_by[1]} raised {exc.kind}: {exc}"
+            )
+            error.__cause__ = exc
+            return _Stop(self._failed(run, error), error)
+        return _Stop(self._failed(run, exc), exc)
+    # A TimeoutError that is not our deadline's lands here too: the tool's own.
+    error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return _Stop(self._failed(run, error), error)
+
+
+def _succeeded(self: Executor, run: _Run, result: Any) -> CallSucceeded:
+    """The ``call.succeeded`` of ``result``; raises ``_Stop`` (a failure: the body ran)
+    for a value the ledger could not store."""
+    spec = run.spec
+    ctx = run.ctx
+    try:
+        # Keys as text (what JSON holds): {1: ...} and {"1": ...} are one key in the
+        # ledger, so what is recorded reads back as it was recorded.
+        builtins = msgspec.to_builtins(result, str_keys=True)
+        result_digest = digest(builtins) if spec.redact_result else ""
+        if type(builtins) is str:
+            if not builtins.isascii():
+                builtins.encode("utf-8")  # a lone surrogate cannot be stored
+        elif isinstance(builtins, _CONTAINERS):
+            # Encoded once here so that a value the ledger cannot store (a lone
+            # surrogate, nesting past the encoder's limit) ends the call as a failure
+            # (with its effect key ambiguous: the body ran) rather than with no outcome.
+            _encode(builtins)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
+        error = ToolFailed(f"{spec.name} returned a value that cannot be encoded: {exc}")
+        error.__cause__ = exc
+        raise _Stop(self._failed(run, error), error) from None
+    now = self._clock()
+    if spec.redact_result:
+        return CallSucceeded(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            result_digest=result_digest,
+            redacted=True,
+        )
+    return CallSucceeded(
+        ts=now,
+        run_id=ctx.run_id,
+        call_id=ctx.call_id,
+        tool=spec.name,
+        duration_ms=(now - run.t0) * 1000.0,
+        result=builtins,
+    )
 
 
 async def _timed(self: Executor, run: _Run, call: Call) -> Any:

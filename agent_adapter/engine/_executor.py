@@ -110,6 +110,7 @@ class Executor:
     _claim = _effects._claim
     _render = _effects._render
     _execute = _executing._execute
+    _execute_plain = _executing._execute_plain
     _timed = _executing._timed
     _in_thread = _executing._in_thread
     _unchanged = _executing._unchanged
@@ -166,8 +167,18 @@ class Executor:
         # Recalled runs -> the last seq their recall read (see _apply_foreign).
         self._recalled: OrderedDict[str, int] = OrderedDict()
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
-        # MemoryLedger appends without suspending (a subclass may not).
-        self._sync_appends = type(self.ledger).append_many is MemoryLedger.append_many
+        # MemoryLedger appends without suspending (a subclass may not), and the per-call
+        # path stores into it with no coroutine at all (append_now), unless either method
+        # is overridden.
+        memory = self.ledger
+        self._sync_appends = type(memory).append_many is MemoryLedger.append_many
+        self._append_now: Callable[[list[Event]], None] | None = None
+        if (
+            self._sync_appends
+            and isinstance(memory, MemoryLedger)
+            and type(memory).append_now is MemoryLedger.append_now
+        ):
+            self._append_now = memory.append_now
         self.approval = approval
         self.limits = limits
         # A clock of the caller's is checked at each reading (time.time needs no check).
@@ -535,6 +546,15 @@ class Executor:
             if checked:
                 run.exposed = True
                 self._unchanged(run, call)
+            if (
+                spec.cache is None
+                and spec.effect is None
+                and spec.timeout is None
+                and spec.is_async
+                and not spec.output_guards
+                and not (run.exposed or self._observed or self._after or self._output_guards)
+            ):
+                return await self._execute_plain(run, call)
             return await self._execute(run, call)
         except _Stop as stop:
             await self._end(run, stop.outcome, error=stop.error)

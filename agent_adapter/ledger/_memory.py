@@ -58,6 +58,16 @@ class MemoryLedger(Followers):
 
     async def append_many(self, events: Sequence[Event]) -> list[Event]:
         """Store ``events`` contiguously, in order: all of them, or none (``UnrecordableEvent``)."""
+        self.append_now(events)
+        return list(events)
+
+    def append_now(self, events: Sequence[Event]) -> None:
+        """``append_many`` without the coroutine: stores ``events`` before it returns.
+
+        The executor calls it on the per-call path (two appends per call) when the ledger
+        is a MemoryLedger whose appends are not overridden; everything else awaits
+        ``append_many``, which does exactly this.
+        """
         owner = appending.get()
         if owner is not None and owner.closed:
             self._refuse_closed(owner, events)
@@ -78,7 +88,7 @@ class MemoryLedger(Followers):
             self._last_hash = prev
             if self._follows:
                 self._hand_over(owner, start)
-            return list(events)
+            return
         # make_record inlined for the unkeyed chain (the executor's per-call path appends
         # 2-4 events at a time): the same payload, hash and Record, with the lookups
         # hoisted out of the loop. No await inside: the chain stays gap-free. The records
@@ -128,7 +138,6 @@ class MemoryLedger(Followers):
         follows = self._follows
         if follows and (len(follows) > 1 or follows[0] is not owner):
             self._hand_over(owner, start)
-        return list(events)
 
     # -- followers (several executors on one object) -------------------------------------
 
