@@ -23,7 +23,9 @@ Run: ``python benchmarks/bench_executor.py [--quick]``; ``--profile`` prints a c
 of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md);
 ``--hooks`` times only the OpenTelemetry hook's cost;
 ``--floors`` times the core call with parts taken away (a ledger that only encodes, no
-ledger, no projection; a timeout alone) to show where the per-call cost goes.
+ledger, no projection; a timeout alone) to show where the per-call cost goes, beside two
+floors: the contract alone, and the contract with the executor's required bookkeeping in
+one straight line (issue 16's item 4; see ``BookkeepingFloor``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import tempfile
 import time
 from typing import Any
 
+import msgspec
 from _harness import (
     Result,
     Variant,
@@ -50,6 +53,7 @@ from _harness import (
     fmt_pct,
     header,
     markdown_table,
+    paired_ratio,
     parse_args,
     results_table,
     summarize,
@@ -59,7 +63,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
 from agent_adapter.engine import CallContext, Decision, Executor, Registry
+from agent_adapter.engine._context import Call, _current
 from agent_adapter.engine._digest import digest
+from agent_adapter.engine._run import _Run, _validated
 from agent_adapter.hooks import OpenTelemetryHook
 from agent_adapter.ledger import MemoryLedger, SQLiteLedger
 from agent_adapter.ledger._events import (
@@ -69,6 +75,7 @@ from agent_adapter.ledger._events import (
     CallValidated,
     encode_event,
 )
+from agent_adapter.ledger._follow import appending
 
 RAW = (
     '{"order_id":"ord_0001","customer":"cus_42","amount":99.5,'
@@ -96,6 +103,7 @@ CORE = "**ours: run_spec, MemoryLedger, no confirm, no timeout**"
 TOKEN = "**ours: run_spec + timeout + approval token in ctx**"
 CORE_DICT = "ours: run_spec, args as a dict"
 CONTRACT_FLOOR = "contract floor: validate + digest + 4 chained events + body, no executor"
+BOOKKEEPING_FLOOR = "bookkeeping floor: the contract + the executor's required state, straight line"
 TARGETS = {CORE: 0.5, TOKEN: 0.75}
 RUNNER_TARGET = 0.02
 
@@ -446,9 +454,74 @@ class ContractFloor:
         return result
 
 
+class BookkeepingFloor(ContractFloor):
+    """The contract floor plus what the executor must keep per call, in one straight line.
+
+    What ``run_spec`` does for a plain call that succeeds, and nothing it does only to
+    decide (no step checks, no buffer, no error handling, no second coroutine): the
+    caller's ``CallContext``, the step-0 check of its ids, ``_Run`` and ``Call``, the
+    ``call.requested`` arguments as recorded, the projection's four handlers (the outcome
+    index a repeated id is answered from, the in-flight table, the run counters), the two
+    context variables (``current_call()`` for the body, and the appending follower that a
+    shared ledger must not hand its own events back to), the result as JSON values, the
+    same four events and two appends. A lower bound for ``run_spec`` that keeps
+    DESIGN's pipeline and public API.
+    """
+
+    def reset(self, n: int) -> None:
+        self.executor = Executor(self.spec_registry, ledger=MemoryLedger())
+        self.executor._started = True  # nothing to replay
+
+    def __init__(self) -> None:
+        self.spec_registry = Registry()
+        self.spec = self.spec_registry.tool(lookup_order)
+        self.reset(0)
+
+    async def call(self) -> Any:
+        ex, spec = self.executor, self.spec
+        state, append_now, clock = ex.state, ex.ledger.append_now, time.time  # type: ignore[attr-defined]
+        ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
+        key = (ctx.run_id, ctx.call_id)
+        if key in state.outcomes or key in state.inflight:
+            raise AssertionError("a repeated id")
+        run = _Run(spec, ctx, clock())
+        common = {"run_id": ctx.run_id, "call_id": ctx.call_id, "tool": spec.name}
+        requested = CallRequested(
+            ts=run.t0, args=ex._requested_args(spec, RAW), metadata=ctx.metadata, **common
+        )
+        state._requested(requested)
+        mine = appending.set(ex._follower)
+        token = None
+        try:
+            args, call_digest = _validated(spec, RAW)
+            validated = CallValidated(ts=clock(), digest=call_digest, **common)
+            state._validated(validated)
+            call = Call(tool=spec.name, spec=spec, args=args, digest=call_digest, ctx=ctx)
+            run.call = call
+            token = _current.set(call)
+            started = CallStarted(ts=clock(), digest=call_digest, **common)
+            state._started(started)
+            append_now([requested, validated, started])
+            result = await spec.fn(**call.args)
+            value = msgspec.to_builtins(result, str_keys=True)
+            now = clock()
+            outcome = CallSucceeded(
+                ts=now, duration_ms=(now - run.t0) * 1000.0, result=value, **common
+            )
+            state._outcome(outcome)
+            append_now([outcome])
+            return result
+        finally:
+            appending.reset(mine)
+            if token is not None:
+                _current.reset(token)
+
+
 async def floors(args: Any) -> None:
     contract = ContractFloor()
     assert await contract.call() == "ok" and (await contract.ledger.verify()).checked == 4
+    kept = BookkeepingFloor()
+    assert await kept.call() == "ok" and (await kept.executor.ledger.verify()).checked == 4
     variants = {
         "run_spec, MemoryLedger (as CORE)": Parts(MemoryLedger),
         "run_spec + timeout, MemoryLedger": Parts(MemoryLedger, timeout=True),
@@ -459,13 +532,24 @@ async def floors(args: Any) -> None:
     res = await abench(
         [Variant(BASE, sdk_invoke()), Variant(FLOOR, lambda: lookup_order(**KWARGS))]
         + [Variant(name, v.core_call, setup=v.reset) for name, v in variants.items()]
-        + [Variant(CONTRACT_FLOOR, contract.call, setup=contract.reset)],
+        + [Variant(CONTRACT_FLOOR, contract.call, setup=contract.reset)]
+        + [Variant(BOOKKEEPING_FLOOR, kept.call, setup=kept.reset)],
         baseline=BASE,
         rounds=args.rounds,
         block_ms=args.block_ms,
         clock=args.clock or "cpu",
     )
     print(results_table(res, title="Executor: the core call with parts taken away"))
+    core = res["run_spec, MemoryLedger (as CORE)"].samples
+    rows = [
+        [
+            f"core / {name.split(':')[0]}",
+            f"{paired_ratio(core, res[name].samples):.3f}",
+            target,
+        ]
+        for name, target in ((CONTRACT_FLOOR, "<= 1.2 (issue 16)"), (BOOKKEEPING_FLOOR, ""))
+    ]
+    print("\n" + markdown_table(["ratio (paired per round)", "value", "target"], rows))
 
 
 async def main() -> None:
