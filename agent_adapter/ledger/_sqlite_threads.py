@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import queue
 import sqlite3
@@ -54,19 +53,6 @@ _INSERT = (
     "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# A group commit's rows go in multi-row INSERTs of 64, 32, ... 1 rows (the binary digits
-# of the count): one statement step per chunk instead of one per row (each step pays a
-# statement halt and reset and a release and retake of the GIL), seven statement texts
-# in the module's statement cache. The same rows, in the same order, in the same
-# transaction: a failing row fails the transaction as executemany's would.
-_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
-_INSERTS = {
-    n: _INSERT.partition(" VALUES ")[0]
-    + " VALUES "
-    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
-    for n in _CHUNKS
-}
-_flat = itertools.chain.from_iterable
 _STOP = object()
 _log = logging.getLogger("agent_adapter.ledger")
 
@@ -485,7 +471,7 @@ class _Writer(_Worker):
             if follows:
                 written.append((owner, batch.events, chained))
         if rows:
-            _insert(conn, rows)
+            conn.executemany(_INSERT, rows)
             # In the same transaction: the head is exactly as durable as the events.
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
             mac = _head_mac(seq, prev, key)
@@ -496,17 +482,6 @@ class _Writer(_Worker):
             head_seq = seq
         self._tail = (version, seq, prev, head_seq)
         return foreign, seq, written
-
-
-def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` in order, in chunks of ``_CHUNKS`` rows (see ``_INSERTS``)."""
-    execute = conn.execute
-    start, left = 0, len(rows)
-    for size in _CHUNKS:
-        while left >= size:
-            execute(_INSERTS[size], tuple(_flat(rows[start : start + size])))
-            start += size
-            left -= size
 
 
 def _mixed(batches: list[_Batch]) -> bool:
