@@ -10,7 +10,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agent_adapter.ledger import CallRequested, SQLiteLedger, Verification
+import msgspec
+
+from agent_adapter.ledger import CallRequested, CallStarted, SQLiteLedger, Verification
+from agent_adapter.ledger._chain import make_record
+from agent_adapter.ledger._sqlite_threads import _Batch, chain_batch
 
 
 def event(i: int) -> CallRequested:
@@ -83,3 +87,19 @@ async def test_concurrent_appenders_still_share_commits(tmp_path: Path) -> None:
         "update head",
         "COMMIT",
     ]
+
+
+def test_a_group_commit_chains_the_rows_make_record_would() -> None:
+    """The writer's inlined chaining stores what ``make_record`` makes, with or without a key."""
+    for key in (None, b"k" * 32):
+        mine = [event(i) for i in range(5)] + [CallStarted(ts=9.0, run_id="r", call_id="c9")]
+        theirs = [event(i) for i in range(5)] + [CallStarted(ts=9.0, run_id="r", call_id="c9")]
+        mine[2].seq, mine[2].prev, mine[2].hash = 7, "x", "y"  # re-appended: reset first
+        done = chain_batch(_Batch(mine, None), 3, "a" * 64, key, "l.db", [], None)  # type: ignore[arg-type]
+        expected, prev = [], "a" * 64
+        for seq, e in enumerate(theirs, start=4):
+            record = make_record(e, seq, prev, key)
+            expected.append(msgspec.structs.astuple(record))
+            prev = record.hash
+        assert done == (expected, 9, prev)
+        assert [(e.seq, e.prev, e.hash) for e in mine] == [(e.seq, e.prev, e.hash) for e in theirs]

@@ -27,13 +27,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ..errors import LedgerError
-from ._chain import _damage, chain_hash, make_record
+from ._chain import _TAGS, _damage, _sha256, chain_hash
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import Follow, read_since
-from ._recordable import UnrecordableEvent
+from ._recordable import PAYLOADS, UnrecordableEvent
+from ._recordable import payload as checked_payload
 from ._sqlite_files import (
     _SNAPSHOT_TRIES,
     _Changed,
@@ -55,7 +54,6 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _STOP = object()
-_astuple = msgspec.structs.astuple
 _log = logging.getLogger("agent_adapter.ledger")
 
 # One written batch, for the followers that did not append it: (its owner, its events,
@@ -543,14 +541,37 @@ def chain_batch(
                 _unchain(batch.events)
                 return None
     chained: list[tuple[Any, ...]] = []
+    keep = chained.append
+    tags, payloads = _TAGS, PAYLOADS
     try:
         at, link = seq, prev
+        # make_record inlined (this runs once per appended event, and the writer holds
+        # the GIL while it does): the same payload and hash, the row built directly in
+        # the column order of the stores' inserts (Record's field order) instead of a
+        # Record built and taken apart again. tests/test_sqlite_hot_path.py pins it.
         for event in batch.events:
+            if event.seq or event.prev or event.hash:
+                event.seq = 0
+                event.prev = ""
+                event.hash = ""
+            cls = type(event)
+            encode = payloads.get(cls)
+            payload = encode(event) if encode is not None else checked_payload(event)
             at += 1
-            record = make_record(event, at, link, key)
-            # Record's fields are in the column order of the stores' inserts.
-            chained.append(_astuple(record))
-            link = record.hash
+            if key is None:
+                digest = _sha256(b"%d:%b:%b" % (at, link.encode(), payload)).hexdigest()
+            else:
+                digest = chain_hash(at, link, payload, key)
+            event.seq = at
+            event.prev = link
+            event.hash = digest
+            tag = tags.get(cls)
+            if tag is None:
+                tag = tags[cls] = event.type
+            keep(
+                (at, tag, event.run_id, event.call_id, event.tool, event.ts, payload, link, digest)
+            )
+            link = digest
     except Exception as exc:
         if isinstance(exc, UnrecordableEvent):
             batch.error = UnrecordableEvent(f"ledger {where}: {exc}", exc.event)
