@@ -25,7 +25,8 @@ of the no-confirm ``run_spec`` path instead (the summary in benchmarks/README.md
 ``--floors`` times the core call with parts taken away (a ledger that only encodes, no
 ledger, no projection; a timeout alone) to show where the per-call cost goes, beside two
 floors: the contract alone, and the contract with the executor's required bookkeeping in
-one straight line (issue 16's item 4; see ``BookkeepingFloor``).
+one straight line (issue 16's item 4; see ``BookkeepingFloor``); ``--bookkeeping`` times
+that floor with one of its parts left out at a time (what each part costs).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 from _harness import (
@@ -517,6 +518,95 @@ class BookkeepingFloor(ContractFloor):
                 _current.reset(token)
 
 
+class _Without(BookkeepingFloor):
+    """The bookkeeping floor with some of its parts left out (``--bookkeeping``): what
+    each part costs, by subtraction in the same rounds."""
+
+    PARTS: ClassVar[dict[str, str]] = {
+        "ctx": "the caller's CallContext (ids as plain strings)",
+        "run": "_Run and Call",
+        "recorded": "the recorded arguments (_requested_args)",
+        "projection": "the projection's four handlers",
+        "contextvars": "the two context variables",
+        "builtins": "the result as JSON values (to_builtins)",
+    }
+
+    def __init__(self, without: frozenset[str]) -> None:
+        self.without = without
+        super().__init__()
+
+    async def call(self) -> Any:
+        ex, spec, without = self.executor, self.spec, self.without
+        state, append_now, clock = ex.state, ex.ledger.append_now, time.time  # type: ignore[attr-defined]
+        if "ctx" in without:
+            ctx, run_id, call_id = None, "run-bench", f"c{next(_ids)}"
+        else:
+            ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
+            run_id, call_id = ctx.run_id, ctx.call_id
+        key = (run_id, call_id)
+        if key in state.outcomes or key in state.inflight:
+            raise AssertionError("a repeated id")
+        t0 = clock()
+        keep_run = "run" not in without and ctx is not None
+        run = _Run(spec, ctx, t0) if keep_run else None  # type: ignore[arg-type]
+        project = "projection" not in without
+        variables = "contextvars" not in without
+        common = {"run_id": run_id, "call_id": call_id, "tool": spec.name}
+        recorded = RAW if "recorded" in without else ex._requested_args(spec, RAW)
+        requested = CallRequested(ts=t0, args=recorded, **common)
+        if project:
+            state._requested(requested)
+        mine = appending.set(ex._follower) if variables else None
+        token = None
+        try:
+            args, call_digest = _validated(spec, RAW)
+            validated = CallValidated(ts=clock(), digest=call_digest, **common)
+            if project:
+                state._validated(validated)
+            call = None
+            if keep_run and run is not None:
+                call = Call(tool=spec.name, spec=spec, args=args, digest=call_digest, ctx=ctx)  # type: ignore[arg-type]
+                run.call = call
+            if variables:
+                token = _current.set(call)
+            started = CallStarted(ts=clock(), digest=call_digest, **common)
+            if project:
+                state._started(started)
+            append_now([requested, validated, started])
+            result = await spec.fn(**args)
+            value = result if "builtins" in without else msgspec.to_builtins(result, str_keys=True)
+            now = clock()
+            outcome = CallSucceeded(ts=now, duration_ms=(now - t0) * 1000.0, result=value, **common)
+            if project:
+                state._outcome(outcome)
+            append_now([outcome])
+            return result
+        finally:
+            if mine is not None:
+                appending.reset(mine)
+            if token is not None:
+                _current.reset(token)
+
+
+async def bookkeeping(args: Any) -> None:
+    """What each part of the bookkeeping floor costs (``--bookkeeping``)."""
+    every = frozenset(_Without.PARTS)
+    variants = {BOOKKEEPING_FLOOR: _Without(frozenset())}
+    for part, what in _Without.PARTS.items():
+        variants[f"without {what}"] = _Without(frozenset({part}))
+    variants["without all of them"] = _Without(every)
+    contract = ContractFloor()
+    res = await abench(
+        [Variant(name, v.call, setup=v.reset) for name, v in variants.items()]
+        + [Variant(CONTRACT_FLOOR, contract.call, setup=contract.reset)],
+        baseline=BOOKKEEPING_FLOOR,
+        rounds=args.rounds,
+        block_ms=args.block_ms,
+        clock=args.clock or "cpu",
+    )
+    print(results_table(res, title="The bookkeeping floor with one part left out at a time"))
+
+
 async def floors(args: Any) -> None:
     contract = ContractFloor()
     assert await contract.call() == "ok" and (await contract.ledger.verify()).checked == 4
@@ -561,6 +651,10 @@ async def main() -> None:
         hook_args = parse_args(__doc__ or "")
         print(header())
         await hook_cost(hook_args, hook_args.clock or "cpu")
+        return
+    if "--bookkeeping" in sys.argv:
+        sys.argv.remove("--bookkeeping")
+        await bookkeeping(parse_args(__doc__ or ""))
         return
     if "--floors" in sys.argv:
         sys.argv.remove("--floors")
