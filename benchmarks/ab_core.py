@@ -12,8 +12,8 @@ Printed: each tree's core and floor (median ns), core / floor paired per round, 
 new / base for the core and for the floor (the floor's ratio shows how much of a
 difference is the machine, not the change: ~1.00 when only the executor changed).
 
-Run: ``python benchmarks/ab_core.py REV [--rounds 15] [--ops 600]`` (REV: a commit, e.g.
-``HEAD~1``).
+Run: ``python benchmarks/ab_core.py REV [--new REV2] [--rounds 15] [--ops 600]`` (REV: a
+commit, e.g. ``HEAD~1``; ``--new``: time commit REV2 instead of the working tree).
 """
 
 from __future__ import annotations
@@ -51,15 +51,22 @@ async def lookup_order(
     return "ok"
 
 
-def _copy_trees(rev: str, into: Path) -> None:
+def _archive(rev: str, into: Path, name: str) -> None:
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", rev, "agent_adapter"],
         check=True,
         capture_output=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into / "base", filter="data")
-    (into / "base" / "agent_adapter").rename(into / "aa_base")
+        tar.extractall(into / rev.replace("/", "_"), filter="data")
+    (into / rev.replace("/", "_") / "agent_adapter").rename(into / name)
+
+
+def _copy_trees(rev: str, into: Path, new: str | None) -> None:
+    _archive(rev, into, "aa_base")
+    if new is not None:
+        _archive(new, into, "aa_new")
+        return
     shutil.copytree(
         ROOT / "agent_adapter", into / "aa_new", ignore=shutil.ignore_patterns("__pycache__")
     )
@@ -128,11 +135,12 @@ async def _block(op: Op, n: int) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev", help="the tree to compare against (a commit)")
+    parser.add_argument("--new", help="a commit to time instead of the working tree")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--ops", type=int, default=600, help="calls per block")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ab_core-") as tmp:
-        _copy_trees(args.rev, Path(tmp))
+        _copy_trees(args.rev, Path(tmp), args.new)
         sys.path.insert(0, tmp)
         factories: dict[str, Callable[[], Op]] = {}
         for name in ("aa_base", "aa_new"):
@@ -146,7 +154,8 @@ async def main() -> None:
     def paired(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(samples[a], samples[b], strict=True))
 
-    print(f"## {args.rev} (aa_base) beside the working tree (aa_new): {args.rounds} rounds\n")
+    new = args.new or "the working tree"
+    print(f"## {args.rev} (aa_base) beside {new} (aa_new): {args.rounds} rounds\n")
     print("| tree | core ns | floor ns | core / floor |")
     print("|---|---:|---:|---:|")
     for name in ("aa_base", "aa_new"):

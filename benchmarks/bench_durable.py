@@ -57,6 +57,8 @@ SIXTEEN = "run_spec, write-ahead, 16 in flight (per call)"
 HOP = "floor: one writer-thread round trip, no SQL"
 THREADED = "hand-written writer thread: our 5 statements per commit, 1 round trip"
 AIO = "aiosqlite writer: our 5 statements per commit, 1 await each"
+THREADED_WA = "floor of a write-ahead call: the hand-written thread, 3 rows then 1"
+THREADED_OUTCOME = 'floor of an "outcome" call: the hand-written thread, 4 rows in 1 commit'
 TARGETS = {WRITE_AHEAD: 2.5, OUTCOME: 1.3, SIXTEEN: 0.6}
 _ids = itertools.count(1)
 
@@ -93,14 +95,15 @@ def connect(path: str, *, check_same_thread: bool = True) -> sqlite3.Connection:
     return conn
 
 
-def ledger_commit(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+def ledger_commit(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     """The statements our writer runs per commit (tail known): BEGIN IMMEDIATE, PRAGMA
     data_version, the insert, the head update, COMMIT."""
     execute = conn.execute
     execute("BEGIN IMMEDIATE")
     execute("PRAGMA data_version").fetchone()
-    conn.executemany(_INSERT, [row])
-    execute(_UPDATE_HEAD, (row[0], row[8], row[8]))
+    conn.executemany(_INSERT, rows)
+    last = rows[-1]
+    execute(_UPDATE_HEAD, (last[0], last[8], last[8]))
     execute("COMMIT")
 
 
@@ -138,15 +141,26 @@ class Threaded:
             item = self.queue.get()
             if item is None:
                 return
-            future, row = item
+            future, rows = item
             if self.conn is not None:
-                ledger_commit(self.conn, row)
+                ledger_commit(self.conn, rows)
             future.get_loop().call_soon_threadsafe(future.set_result, None)
 
-    async def commit(self) -> None:
+    async def commit(self, count: int = 1) -> None:
+        """One commit of ``count`` rows (each encoded and chained, as the ledger's)."""
         future = asyncio.get_running_loop().create_future()
-        self.queue.put((future, self.rows.next()))
+        self.queue.put((future, [self.rows.next() for _ in range(count)]))
         await future
+
+    async def write_ahead(self) -> None:
+        """The rows of a write-ahead call: requested, validated and started in one
+        commit, its outcome in a second."""
+        await self.commit(3)
+        await self.commit(1)
+
+    async def outcome(self) -> None:
+        """The four rows of an ``"outcome"`` call, in one commit."""
+        await self.commit(4)
 
     def close(self) -> None:
         self.queue.put(None)
@@ -252,6 +266,8 @@ async def main(args: argparse.Namespace) -> None:
         HOP: (hop.commit, n, 1),
         THREADED: (threaded.commit, n, 1),
         AIO: (aio.commit, n, 1),
+        THREADED_WA: (threaded.write_ahead, n, 1),
+        THREADED_OUTCOME: (threaded.outcome, n, 1),
     }
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -327,6 +343,9 @@ async def main(args: argparse.Namespace) -> None:
         "Ratios are medians of per-round ratios; CPU is the whole process (writer thread "
         "included)."
     )
+    for ours, floor in ((WRITE_AHEAD, THREADED_WA), (OUTCOME, THREADED_OUTCOME)):
+        over = statistics.median(a / b for a, b in zip(wall[ours], wall[floor], strict=True))
+        print(f"\n{ours} / its floor ({floor}), wall: {fmt_ratio(over)}")
     aio_ratio = statistics.median(a / b for a, b in zip(wall[AIO], wall[THREADED], strict=True))
     print(
         f"\naiosqlite / the hand-written writer thread, same statements, wall per commit: "
