@@ -43,7 +43,13 @@ from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summari
 from agent_adapter import Executor, Registry
 from agent_adapter.engine import CallContext
 from agent_adapter.engine._spec import Durability
-from agent_adapter.ledger import CallRequested, SQLiteLedger
+from agent_adapter.ledger import (
+    CallRequested,
+    CallStarted,
+    CallSucceeded,
+    CallValidated,
+    SQLiteLedger,
+)
 from agent_adapter.ledger._chain import make_record
 from agent_adapter.ledger._sqlite_files import _SCHEMA
 from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD
@@ -59,6 +65,7 @@ THREADED = "hand-written writer thread: our 5 statements per commit, 1 round tri
 AIO = "aiosqlite writer: our 5 statements per commit, 1 await each"
 THREADED_WA = "floor of a write-ahead call: the hand-written thread, 3 rows then 1"
 THREADED_OUTCOME = 'floor of an "outcome" call: the hand-written thread, 4 rows in 1 commit'
+LEDGER_OUTCOME = 'SQLiteLedger.append_many of an "outcome" call\'s 4 events, no executor'
 TARGETS = {WRITE_AHEAD: 2.5, OUTCOME: 1.3, SIXTEEN: 0.6}
 _ids = itertools.count(1)
 
@@ -198,6 +205,27 @@ class Aio:
             await self.db.close()
 
 
+class Appends:
+    """The 4 events of an ``"outcome"`` call appended in one ``append_many`` with no
+    executor: our group commit and writer alone, between the floor and the call."""
+
+    def __init__(self, path: str) -> None:
+        self.ledger = SQLiteLedger(path)
+
+    async def outcome(self) -> None:
+        now = time.time()
+        ids = {"run_id": "run-bench", "call_id": f"a{next(_ids)}", "tool": "lookup"}
+        digest = "0" * 64
+        await self.ledger.append_many(
+            [
+                CallRequested(ts=now, args=RAW_ARGS, **ids),
+                CallValidated(ts=now, digest=digest, **ids),
+                CallStarted(ts=now, digest=digest, **ids),
+                CallSucceeded(ts=now, duration_ms=0.1, result="ok", **ids),
+            ]
+        )
+
+
 class Ours:
     """One executor on a SQLiteLedger (FULL) per durability, in a scratch directory."""
 
@@ -256,6 +284,7 @@ async def main(args: argparse.Namespace) -> None:
     wa, oc = Ours(directory, "write-ahead"), Ours(directory, "outcome")
     hop, threaded = Threaded(None), Threaded(os.path.join(directory, "threaded.db"))
     aio = Aio(os.path.join(directory, "aio.db"))
+    appends = Appends(os.path.join(directory, "appends.db"))
     # ops per block (16 in flight: n gathers of 16 calls, reported per call)
     n = 20 if args.quick else 150
     variants: dict[str, tuple[Callable[[], Awaitable[Any]], int, int]] = {
@@ -268,6 +297,7 @@ async def main(args: argparse.Namespace) -> None:
         AIO: (aio.commit, n, 1),
         THREADED_WA: (threaded.write_ahead, n, 1),
         THREADED_OUTCOME: (threaded.outcome, n, 1),
+        LEDGER_OUTCOME: (appends.outcome, n, 1),
     }
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -292,6 +322,7 @@ async def main(args: argparse.Namespace) -> None:
         await wa.executor.close()
         await oc.executor.close()
         await aio.close()
+        await appends.ledger.close()
         hop.close()
         threaded.close()
         raw.close()
