@@ -199,12 +199,11 @@ class ToolActivities:
 
         Every other ``AdapterError`` is raised as an ``ApplicationError`` whose ``type``
         is its kind, non-retryable except ``ledger`` and ``effect-in-flight`` (see
-        ``_host_error``). The call is asked under the id ``_answering_id`` picks (the
+        ``_host_error``). A retry is asked under the id ``_answering_id`` picks (the
         workflow's call id unless an earlier attempt was refused in flight); the result
-        and the error's details name it as ``ledger_call_id``. On a retry (or when the
-        ledger already knows the call) the executor first folds what other workers
-        committed, so that step 0 sees an earlier attempt's outcome even when another
-        process recorded it.
+        and the error's details name it as ``ledger_call_id``. On a retry the executor
+        first folds what other workers committed, so that step 0 sees an earlier
+        attempt's outcome even when another process recorded it.
         """
         info = activity.info()
         executor = self.executor
@@ -216,8 +215,14 @@ class ToolActivities:
             raise _host_error(ToolUsageError(f"the decision carried is malformed: {exc}")) from exc
         except AdapterError as exc:
             raise _host_error(exc) from exc
+        call_id, known = request.call_id, False
         try:
-            call_id, known = await _answering_id(executor.ledger, run_id, request.call_id)
+            # A first attempt of a plain id is asked as it is, with no read: a walk's id
+            # always has a "#", and an in-flight refusal replayed under a plain id (a
+            # workflow asking again under a refused id) is retryable, so the next attempt
+            # walks on. A read by call id costs more as the ledger grows.
+            if info.attempt > 1 or "#" in call_id:
+                call_id, known = await _answering_id(executor.ledger, run_id, call_id)
             if info.attempt > 1 or known:
                 catch_up = getattr(executor.ledger, "catch_up", None)
                 if catch_up is not None:

@@ -175,7 +175,8 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
 ) -> None:
     """The holder raises ToolError (it did nothing: the key is freed); the retry runs the
     refund, and a repeat of that attempt (a crash after the commit) is answered from the
-    ledger: the body ran once."""
+    ledger: the body ran once. A first attempt under an id already refused (a workflow
+    that asks again) replays the refusal, still retryable, and the walk moves on."""
     ran: list[str] = []
     path = tmp_path / "ledger.db"
     holder = Holder(tmp_path / "effects.log", fail=True)
@@ -184,7 +185,7 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
         worker = await Executor.open(_worker_registry(ran), ledger=SQLiteLedger(str(path)))
         activities = ToolActivities(worker)
         try:
-            refused = await _attempt(activities, 1, request)
+            refused = [await _attempt(activities, 1, request) for _ in range(2)]
             holder.release.set()
             with pytest.raises(ToolError):
                 await held
@@ -194,13 +195,13 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
             await worker.close()
     value = ToolResult(value="refunded 500 on A1", ledger_call_id="c1#2")
     assert (refused, done, repeated, ran) == (
-        ("effect-in-flight", False, "c1"),
+        [("effect-in-flight", False, "c1")] * 2,
         value,
         value,
         ["A1"],
     )
     assert await _calls(path, "wf-1") == {
-        "c1": REFUSED,
+        "c1": [*REFUSED, "call.replayed"],
         "c1#2": [
             "call.requested",
             "call.validated",
