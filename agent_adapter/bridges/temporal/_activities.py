@@ -48,7 +48,7 @@ __all__ = ["ToolActivities", "error_data"]
 _RETRYABLE = frozenset({LedgerError.kind, EffectInFlight.kind})
 #: ``call.requested`` metadata of a call asked under a suffixed id: the workflow's call
 #: id it retries. It tells the walk which suffixed ids are that call's.
-RETRY_OF = "retry_of"
+_RETRY_OF = "retry_of"
 
 
 def error_data(error: AdapterError) -> dict[str, Any]:
@@ -111,7 +111,7 @@ async def _answering_id(ledger: Ledger, run_id: str, call_id: str) -> tuple[str,
                 break
         if requested is None:
             return candidate, n > 1
-        owner = requested.metadata.get(RETRY_OF)
+        owner = requested.metadata.get(_RETRY_OF)
         if owner == (call_id if n > 1 else None) and not refused:
             return candidate, True
         n += 1
@@ -236,7 +236,7 @@ class ToolActivities:
             "attempt": info.attempt,
         }
         if call_id != request.call_id:
-            metadata[RETRY_OF] = request.call_id
+            metadata[_RETRY_OF] = request.call_id
         # The decision carried is bound to the digest, not to the call id, so it applies
         # under a suffixed id too: the same arguments the reviewer approved, and the
         # effect key still lets them take effect once.
