@@ -30,11 +30,14 @@ __all__ = [
 
 def _in_flight_reason(key: str, state: EffectState) -> str:
     # Never "resolve it": the holder is alive and its body may be running right now, so
-    # resolving the key as failed would run the effect a second time beside it.
+    # resolving the key as failed would run the effect a second time beside it. "As a
+    # new call": this refusal is this call id's one outcome, so a repeat of the id only
+    # replays it (step 0); a new call id is safe, because the key still dedups it.
     return (
         f"effect {key} is in flight: held by {state.holder_text()} for call "
         f"{state.call_id} (run {state.run_id}), lease until {lease_text(state.lease_until)}; "
-        "it does not run twice: retry later, once that call has finished"
+        "it does not run twice: retry later as a new call, once that call has finished "
+        "(this call id keeps this answer)"
     )
 
 

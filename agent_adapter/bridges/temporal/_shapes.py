@@ -73,10 +73,13 @@ class RunInput:
 class ToolResult:
     """One tool call's result as the workflow sees it: the tool's JSON ``value``, or
     ``error`` (``{"kind", "message"}``) for a model-visible refusal; ``ok`` is
-    ``error is None``."""
+    ``error is None``. ``ledger_call_id`` is the call id the ledger recorded the answer
+    under: the workflow's call id, or ``<call_id>#<n>`` when earlier attempts were
+    refused because the effect key was in flight."""
 
     value: Any = None
     error: dict[str, Any] | None = None
+    ledger_call_id: str = ""
 
     @property
     def ok(self) -> bool:

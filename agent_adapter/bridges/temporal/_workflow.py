@@ -185,7 +185,12 @@ async def call_tool(
     (past ``approval_timeout``: denied, reason "timeout"); without a gate the executor's
     own port decides. Model-visible refusals come back as ``ToolResult.error``; the other
     kinds raise ``ActivityError`` whose ``cause.type`` is the kind (``error_kind``),
-    never retried whatever ``retry_policy`` says.
+    never retried whatever ``retry_policy`` says, except ``ledger`` and
+    ``effect-in-flight``: another call holds the effect key right now, and ``retry_policy``
+    paces the attempts until it has finished. Each such attempt is asked under a new call
+    id (``<call_id>#2``, ...; ``ToolResult.ledger_call_id`` names the one that answered),
+    and the key still lets the effect happen once: the holder's commit makes the retry a
+    ``duplicate-effect``, its ``ToolError`` (the key freed) lets the retry run.
     """
     options: dict[str, Any] = {
         "start_to_close_timeout": start_to_close_timeout,

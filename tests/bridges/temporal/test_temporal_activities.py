@@ -92,9 +92,9 @@ async def test_host_kinds_are_non_retryable_application_errors_typed_by_kind() -
         await env.run(activities.run, RunInput(tool="broken", args={}, call_id="c2"))
     declined = await env.run(activities.run, RunInput(tool="declines", args={}, call_id="c3"))
     assert (first, ran, declined) == (
-        ToolResult(value="paid A"),
+        ToolResult(value="paid A", ledger_call_id="c1"),
         ["A"],
-        ToolResult(error={"kind": "tool-error", "message": "card declined"}),
+        ToolResult(error={"kind": "tool-error", "message": "card declined"}, ledger_call_id="c3"),
     )
     assert (_failure(duplicate.value), duplicate.value.details) == (
         ("duplicate-effect", True, "duplicate-effect: " + DUPLICATE),
@@ -106,6 +106,7 @@ async def test_host_kinds_are_non_retryable_application_errors_typed_by_kind() -
                 "run_id": "wf-1",
                 "call_id": "c1",
                 "same_args": True,
+                "ledger_call_id": "c1",
             },
         ),
     )
@@ -116,15 +117,15 @@ async def test_host_kinds_are_non_retryable_application_errors_typed_by_kind() -
     )
 
 
-class _InFlight(AmbiguousEffect):
-    """A kind this bridge has never heard of (like a later ``EffectInFlight``)."""
+class _Quarantined(AmbiguousEffect):
+    """A kind this bridge has never heard of."""
 
-    kind = "effect-in-flight"
+    kind = "effect-quarantined"
 
 
 class _Refuses:
     def before_tool(self, call: Any) -> None:
-        raise _InFlight("pay:A is held by a live worker; retry later")
+        raise _Quarantined("pay:A is quarantined by an operator")
 
 
 async def test_a_new_kind_needs_no_change_in_the_bridge() -> None:
@@ -136,9 +137,9 @@ async def test_a_new_kind_needs_no_change_in_the_bridge() -> None:
             ToolActivities(executor).run, RunInput(tool="pay", args={"order_id": "A"}, call_id="c1")
         )
     assert _failure(refused.value) == (
-        "effect-in-flight",
+        "effect-quarantined",
         True,
-        "effect-in-flight: pay:A is held by a live worker; retry later",
+        "effect-quarantined: pay:A is quarantined by an operator",
     )
 
 
@@ -176,8 +177,8 @@ async def test_a_retry_catches_up_with_another_workers_outcome(tmp_path: Path) -
     types = [event.type async for event in ledger.read()]
     await ledger.close()
     assert (done, retried, ran, types) == (
-        ToolResult(value="paid A"),
-        ToolResult(value="paid A"),
+        ToolResult(value="paid A", ledger_call_id="c1"),
+        ToolResult(value="paid A", ledger_call_id="c1"),
         ["A"],
         [
             "call.requested",
