@@ -150,7 +150,8 @@ class AmbiguousEffect(AdapterError):
 
 class EffectInFlight(AmbiguousEffect):
     """The call's effect key is held by a live call (its holder's lease is live): the
-    tool did not run; retry once that call has finished. Never resolve such a key: its
+    tool did not run; retry as a new call once that call has finished (this refusal is
+    this call id's outcome: a repeat of the id replays it). Never resolve such a key: its
     body may be running now.
 
     A kind of ``AmbiguousEffect`` (the key's outcome is not known yet), so code that
