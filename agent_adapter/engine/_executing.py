@@ -285,7 +285,6 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                 ),
             )
             return value
-    append_now = self._append_now
     caught_up = False
     refusals = 0
     before: tuple[Any, bool, Any] = (None, False, None)
@@ -333,13 +332,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         # forgotten one. (_flush inlined: the buffer is never empty here.)
         events, run.buffer = run.buffer, []
         try:
-            try:
-                if append_now is not None:
-                    append_now(events)
-                else:
-                    await self.ledger.append_many(events)
-            except UnrecordableEvent as refused:  # (never for what the boundary checked)
-                await append_repaired(self.ledger, events, refused)
+            await self._append(events)
         except EffectTaken as taken:
             # Another process claimed the key first; its claim is applied by now, so
             # the claim step decides again (duplicate or ambiguous), as for our own.
@@ -404,13 +397,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
         run.buffer.append(outcome)
         run.ended = True
         events, run.buffer = run.buffer, []
-        try:
-            if append_now is not None:
-                append_now(events)
-            else:
-                await self.ledger.append_many(events)
-        except UnrecordableEvent as refused:  # (never for what the boundary checked)
-            await append_repaired(self.ledger, events, refused)
+        await self._append(events)
     except asyncio.CancelledError:
         if pin:
             self._unpin_when_written(run_id)
@@ -449,6 +436,8 @@ async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
     state._started(started)
     run.buffer.append(started)
     run.started = True
+    # Executor._append inlined (here only: its coroutine is ~3% of an in-memory call,
+    # benchmarks/ab_core.py): a MemoryLedger is written with no coroutine at all.
     append_now = self._append_now
     if spec.durability != "outcome":
         events, run.buffer = run.buffer, []

@@ -383,7 +383,11 @@ class Executor:
         (a value that got past the boundary checks) is repaired and the batch appended
         again, so that a call never ends without its outcome for want of a value."""
         try:
-            await self.ledger.append_many(events)
+            append_now = self._append_now
+            if append_now is not None:
+                append_now(events)  # a MemoryLedger: stored now, no coroutine
+            else:
+                await self.ledger.append_many(events)
         except UnrecordableEvent as refused:
             await append_repaired(self.ledger, events, refused)
 
