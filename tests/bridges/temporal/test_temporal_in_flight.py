@@ -118,6 +118,16 @@ async def _attempt(activities: ToolActivities, attempt: int, request: RunInput) 
         return exc.type, exc.non_retryable, exc.details[0].get("ledger_call_id")
 
 
+@asynccontextmanager
+async def _worker(path: Path, ran: list[str]) -> AsyncIterator[ToolActivities]:
+    """A worker's ToolActivities on the shared ledger at ``path`` (its refunds go to ``ran``)."""
+    worker = await Executor.open(_worker_registry(ran), ledger=SQLiteLedger(str(path)))
+    try:
+        yield ToolActivities(worker)
+    finally:
+        await worker.close()
+
+
 async def _calls(path: Path, run_id: str) -> dict[str, list[str]]:
     """The event types of each call of ``run_id`` in the ledger, by call id."""
     ledger = SQLiteLedger(str(path))
@@ -144,17 +154,12 @@ async def test_the_retry_of_a_call_refused_in_flight_gets_the_holders_commit(
     path = tmp_path / "ledger.db"
     holder = Holder(tmp_path / "effects.log", fail=False)
     request = RunInput(tool="refund", args=REFUND, call_id="c1")
-    async with holder.holding(path) as held:
-        worker = await Executor.open(_worker_registry(ran), ledger=SQLiteLedger(str(path)))
-        activities = ToolActivities(worker)
-        try:
-            refused = [await _attempt(activities, attempt, request) for attempt in (1, 2)]
-            holder.release.set()
-            committed = await held
-            duplicate = await _attempt(activities, 3, request)
-            repeated = await _attempt(activities, 4, request)
-        finally:
-            await worker.close()
+    async with holder.holding(path) as held, _worker(path, ran) as activities:
+        refused = [await _attempt(activities, attempt, request) for attempt in (1, 2)]
+        holder.release.set()
+        committed = await held
+        duplicate = await _attempt(activities, 3, request)
+        repeated = await _attempt(activities, 4, request)
     calls = await _calls(path, "wf-1")
     assert (refused, committed, duplicate, repeated, ran) == (
         [("effect-in-flight", False, "c1"), ("effect-in-flight", False, "c1#2")],
@@ -181,18 +186,13 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
     path = tmp_path / "ledger.db"
     holder = Holder(tmp_path / "effects.log", fail=True)
     request = RunInput(tool="refund", args=REFUND, call_id="c1")
-    async with holder.holding(path) as held:
-        worker = await Executor.open(_worker_registry(ran), ledger=SQLiteLedger(str(path)))
-        activities = ToolActivities(worker)
-        try:
-            refused = [await _attempt(activities, 1, request) for _ in range(2)]
-            holder.release.set()
-            with pytest.raises(ToolError):
-                await held
-            done = await _attempt(activities, 2, request)
-            repeated = await _attempt(activities, 3, request)
-        finally:
-            await worker.close()
+    async with holder.holding(path) as held, _worker(path, ran) as activities:
+        refused = [await _attempt(activities, 1, request) for _ in range(2)]
+        holder.release.set()
+        with pytest.raises(ToolError):
+            await held
+        done = await _attempt(activities, 2, request)
+        repeated = await _attempt(activities, 3, request)
     value = ToolResult(value="refunded 500 on A1", ledger_call_id="c1#2")
     assert (refused, done, repeated, ran) == (
         [("effect-in-flight", False, "c1")] * 2,
@@ -221,26 +221,21 @@ async def test_the_walk_steps_over_ids_the_workflow_uses_itself(tmp_path: Path) 
     path = tmp_path / "ledger.db"
     holder = Holder(tmp_path / "effects.log", fail=True)
     refund = RunInput(tool="refund", args=REFUND, call_id="c1")
-    async with holder.holding(path) as held:
-        worker = await Executor.open(_worker_registry(ran), ledger=SQLiteLedger(str(path)))
-        activities = ToolActivities(worker)
-        try:
-            answers = [await _attempt(activities, 1, refund)]
-            # The workflow's own call "c1#2", before c1's retry: it keeps its id.
-            own = RunInput(tool="lookup", args={"order_id": "A1"}, call_id="c1#2")
-            answers.append(await _attempt(activities, 1, own))
-            answers.append(await _attempt(activities, 2, refund))  # steps over c1#2
-            # The workflow's own "c1#3", after c1's retry took that id: it gets its own.
-            later = RunInput(tool="lookup", args={"order_id": "A2"}, call_id="c1#3")
-            answers.append(await _attempt(activities, 1, later))
-            answers.append(await _attempt(activities, 2, later))  # a repeat: the same id
-            holder.release.set()
-            with pytest.raises(ToolError):
-                await held
-            answers.append(await _attempt(activities, 3, refund))
-            answers.append(await _attempt(activities, 4, refund))  # a repeat: the same id
-        finally:
-            await worker.close()
+    async with holder.holding(path) as held, _worker(path, ran) as activities:
+        answers = [await _attempt(activities, 1, refund)]
+        # The workflow's own call "c1#2", before c1's retry: it keeps its id.
+        own = RunInput(tool="lookup", args={"order_id": "A1"}, call_id="c1#2")
+        answers.append(await _attempt(activities, 1, own))
+        answers.append(await _attempt(activities, 2, refund))  # steps over c1#2
+        # The workflow's own "c1#3", after c1's retry took that id: it gets its own.
+        later = RunInput(tool="lookup", args={"order_id": "A2"}, call_id="c1#3")
+        answers.append(await _attempt(activities, 1, later))
+        answers.append(await _attempt(activities, 2, later))  # a repeat: the same id
+        holder.release.set()
+        with pytest.raises(ToolError):
+            await held
+        answers.append(await _attempt(activities, 3, refund))
+        answers.append(await _attempt(activities, 4, refund))  # a repeat: the same id
     lookup = ["call.requested", "call.validated", "call.started", "call.succeeded"]
     ran_refund = ["call.requested", "call.validated", "effect.claimed", *lookup[2:]]
     assert answers == [
