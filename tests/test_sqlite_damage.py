@@ -300,6 +300,38 @@ async def test_two_processes_appending_leave_the_mark_at_the_last_commit(tmp_pat
     assert mark_seq(path) == 601
 
 
+async def test_an_append_waits_for_another_holder_of_the_marks_lock(tmp_path: Path) -> None:
+    """Another writer holding the mark's lock (between its commit and its mark's write):
+    an append commits, but is acknowledged only once it has moved the mark after the
+    other writer let go, never before and never by skipping the mark."""
+    import fcntl
+
+    path = tmp_path / "l.db"
+    await fill(path, 1)
+    async with SQLiteLedger(path, busy_timeout_s=60) as ledger:
+        fd = os.open(mark_of(path), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: it excludes the writer's
+            append = asyncio.ensure_future(ledger.append(requested("c1")))
+            raw = sqlite3.connect(path)
+            try:
+                while raw.execute("SELECT count(*) FROM events").fetchone()[0] < 2:
+                    assert not append.done()
+                    await asyncio.sleep(0.01)
+            finally:
+                raw.close()
+            # Committed; the mark still names seq 1, and the append is not acknowledged.
+            await asyncio.sleep(0.05)
+            assert not append.done()
+            assert mark_seq(path) == 1
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        assert (await append).seq == 2
+        assert mark_seq(path) == 2
+        assert await ledger.verify() == Verification(ok=True, checked=2)
+
+
 # -- the mark itself: behind, replaced, torn, garbage, missing ----------------------------
 
 

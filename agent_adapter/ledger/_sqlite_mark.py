@@ -250,21 +250,39 @@ class MarkWriter:
         if fd is None:
             return
         try:
-            with self._locked():
-                data = os.pread(fd, _SIZE + 1, 0)
-                if data != self._known:
-                    # Another writer moved it (or someone changed it).
-                    try:
-                        mark = _decode(data, self._key, self.path)
-                    except MarkUnreadable as exc:
-                        self.error = self._refuse(exc.reason)
-                        return
-                    if mark is not None and mark.seq >= seq:
-                        self._known = data
-                        return  # a later commit's mark: never moved back
-                self._write(seq, hash_, mac)
+            # This runs after every commit, right after an fsync, when the thread's code
+            # runs slowest: the lock is tried once inline, and _locked() (which waits
+            # out another writer's hold) only when that fails.
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    with self._locked():
+                        self._advance(fd, seq, hash_, mac)
+                    return
+                try:
+                    self._advance(fd, seq, hash_, mac)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            else:
+                self._advance(fd, seq, hash_, mac)
         except Exception as exc:  # never out of the writer thread: its waiters would hang
             self.error = self._cannot_write(exc)
+
+    def _advance(self, fd: int, seq: int, hash_: str, mac: str | None) -> None:
+        """``advance`` under the lock."""
+        data = os.pread(fd, _SIZE + 1, 0)
+        if data != self._known:
+            # Another writer moved it (or someone changed it).
+            try:
+                mark = _decode(data, self._key, self.path)
+            except MarkUnreadable as exc:
+                self.error = self._refuse(exc.reason)
+                return
+            if mark is not None and mark.seq >= seq:
+                self._known = data
+                return  # a later commit's mark: never moved back
+        self._write(seq, hash_, mac)
 
     def _write(self, seq: int, hash_: str, mac: str | None = None) -> None:
         assert self._fd is not None

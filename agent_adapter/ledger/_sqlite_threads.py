@@ -274,7 +274,8 @@ class _Writer(_Worker):
             self._mark.close()
 
     def _serve(self, conn: sqlite3.Connection) -> None:
-        get, get_nowait = self.queue.get, self.queue.get_nowait
+        q = self.queue
+        get, get_nowait, empty = q.get, q.get_nowait, q.empty
         while True:
             item = get()
             batches: list[_Batch] = []
@@ -284,10 +285,11 @@ class _Writer(_Worker):
                     stop = True
                     break
                 batches.extend(item)
-                try:
-                    item = get_nowait()
-                except queue.Empty:
+                # (This thread is the queue's only consumer: not empty means get_nowait
+                # has an item, and no queue.Empty is raised per commit.)
+                if empty():
                     break
+                item = get_nowait()
             if batches:
                 follows = self._ledger._follows
                 done = self._write(conn, batches, follows)
@@ -308,6 +310,26 @@ class _Writer(_Worker):
         That is the other writers' events read in the transaction (past what it had
         heard) and this commit's batches that are not its own, in seq order.
         """
+        if len(follows) == 1 and done is not None and not done[0]:
+            # The common case (one executor on the ledger, nobody else committed): it is
+            # handed nothing, only told how far it has heard.
+            follow = follows[0]
+            staged_at = 0
+            for batch in batches:
+                owner = batch.owner
+                if owner is not None:
+                    owner.written += 1  # taken, whatever became of it
+                    if owner is follow:
+                        staged_at = batch.horizon
+            _, through, written = done
+            heard: list[Event] = []
+            for i, (owner, events, rows) in enumerate(written):
+                if owner is not follow:
+                    heard.extend(_decoded(events, rows))
+            follow.committed(heard, through, staged_at)
+            if heard:
+                follow.deliver(heard, through)
+            return
         last: dict[Follow, int] = {}
         for batch in batches:
             owner = batch.owner
@@ -336,6 +358,11 @@ class _Writer(_Worker):
     @staticmethod
     def _wake(batches: list[_Batch]) -> None:
         # One hop back per loop (normally one loop), not one per waiter.
+        loop = batches[0].future.get_loop()
+        if len(batches) == 1 or all(b.future.get_loop() is loop for b in batches):
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_batches, batches)
+            return
         by_loop: dict[asyncio.AbstractEventLoop, list[_Batch]] = {}
         for batch in batches:
             by_loop.setdefault(batch.future.get_loop(), []).append(batch)
@@ -348,7 +375,7 @@ class _Writer(_Worker):
     ) -> tuple[list[Event], int, list[_Written]] | None:
         """Commit ``batches``: (others' events since the followers last heard, the last
         seq, the written batches), or None when the transaction failed."""
-        deadline = time.monotonic() + self._wait_s
+        deadline = 0.0  # set at the first busy try (not per commit)
         pause = 0.001
         while True:
             for batch in batches:
@@ -360,6 +387,8 @@ class _Writer(_Worker):
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
+                if _is_busy(exc) and not deadline:
+                    deadline = time.monotonic() + self._wait_s
                 if _is_busy(exc) and time.monotonic() < deadline:
                     # The busy handler already waited; SQLite skips it in some cases
                     # (recovery, deadlock avoidance), so wait a little here too.
