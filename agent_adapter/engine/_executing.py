@@ -384,30 +384,7 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
             run, call, "output", spec.output_guards + self._output_guards, (call, result)
         )
     outcome = _succeeded(self, run, result)
-    # _end inlined for the success outcome (the common one): same order of steps.
-    # The run stays warm until the outcome is written (Projection.pinned); a MemoryLedger
-    # appends without suspending, so nobody can see it applied and not written.
-    state = self.state
-    run_id = ctx.run_id
-    pin = not self._sync_appends
-    if pin:
-        state.pin(run_id)
-    try:
-        state._outcome(outcome)
-        run.buffer.append(outcome)
-        run.ended = True
-        events, run.buffer = run.buffer, []
-        await self._append(events)
-    except asyncio.CancelledError:
-        if pin:
-            self._unpin_when_written(run_id)
-        raise
-    except BaseException:
-        if pin:
-            state.unpin(run_id)
-        raise
-    if pin:
-        state.unpin(run_id)
+    events = await _write_success(self, run, outcome)
     if self._observed:
         await self._dispatch(events)
     if self._after:
@@ -461,7 +438,7 @@ async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
         raise _body_failed(self, run, exc) from None
     outcome = _succeeded(self, run, result)
     if append_now is None:
-        await self._end(run, outcome, value=result)
+        await _write_success(self, run, outcome)
         return result
     state._outcome(outcome)
     run.buffer.append(outcome)
@@ -472,6 +449,40 @@ async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
     except UnrecordableEvent as refused:  # (never for what the boundary checked)
         await append_repaired(self.ledger, events, refused)
     return result
+
+
+async def _write_success(self: Executor, run: _Run, outcome: CallSucceeded) -> list[Event]:
+    """``Executor._end`` for a success outcome (the common one), without the hooks: the
+    same steps in the same order, for ``_execute`` (which runs the hooks after it) and
+    a durable plain call (the outcome's handler called directly, not through
+    ``Projection.apply``: 2-4% of a durable plain call's loop-side CPU,
+    benchmarks README). Returns the events written.
+
+    The run stays warm until the outcome is written (Projection.pinned); a MemoryLedger
+    appends without suspending, so nobody can see it applied and not written.
+    """
+    state = self.state
+    run_id = run.ctx.run_id
+    pin = not self._sync_appends
+    if pin:
+        state.pin(run_id)
+    try:
+        state._outcome(outcome)
+        run.buffer.append(outcome)
+        run.ended = True
+        events, run.buffer = run.buffer, []
+        await self._append(events)
+    except asyncio.CancelledError:
+        if pin:
+            self._unpin_when_written(run_id)
+        raise
+    except BaseException:
+        if pin:
+            state.unpin(run_id)
+        raise
+    if pin:
+        state.unpin(run_id)
+    return events
 
 
 def _body_failed(self: Executor, run: _Run, exc: Exception) -> _Stop:
