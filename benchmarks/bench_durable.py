@@ -10,7 +10,14 @@ per block:
   ``durability="write-ahead"`` (two commits per call) and with ``durability="outcome"``
   (one commit per call); and 16 calls in flight (``gather``), per call;
 - the same executor configuration on ``aiosqlite`` as the writer's connection is in
-  ``bench_ledger.py``'s table (item 2 of issue 16).
+  ``bench_ledger.py``'s table (item 2 of issue 16);
+- floors, each in the same rounds: one writer-thread round trip with no SQL; the rows
+  of a call through a hand-written writer thread (3 rows then 1; 4 in one commit); and
+  the floor of a whole call (``CallFloor``): ``bench_executor.py``'s bookkeeping floor
+  (the contract plus what ``run_spec`` must keep, no executor) on the same tool, its
+  events chained and committed in the hand-written thread with the head's MAC and the
+  mark (what the SQLite ledger promises before an append returns), one at a time and
+  16 in flight through the least group commit. Each call is printed beside its floors.
 
 Targets (issue 16): write-ahead <= 2.5x one raw commit's wall time, process CPU per
 call <= 4x the CPU of the two commits it needs; outcome <= 1.3x; 16 in flight <= 0.6x
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import gc
 import itertools
 import os
@@ -39,6 +47,7 @@ from typing import Any
 
 import aiosqlite
 from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summarize
+from bench_executor import BookkeepingFloor
 
 from agent_adapter import Executor, Registry
 from agent_adapter.engine import CallContext
@@ -48,11 +57,12 @@ from agent_adapter.ledger import (
     CallStarted,
     CallSucceeded,
     CallValidated,
+    Event,
     SQLiteLedger,
 )
 from agent_adapter.ledger._chain import make_record
-from agent_adapter.ledger._sqlite_files import _SCHEMA
-from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD
+from agent_adapter.ledger._sqlite_files import _FORMAT, _SCHEMA, SCHEMA_VERSION
+from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD, _head_mac
 from agent_adapter.ledger._sqlite_threads import _INSERT
 
 RAW_ARGS = '{"order_id":"ord_0001","customer":"cus_42","amount":99.5}'
@@ -66,6 +76,9 @@ AIO = "aiosqlite writer: our 5 statements per commit, 1 await each"
 THREADED_WA = "floor of a write-ahead call: the hand-written thread, 3 rows then 1"
 THREADED_OUTCOME = 'floor of an "outcome" call: the hand-written thread, 4 rows in 1 commit'
 LEDGER_OUTCOME = 'SQLiteLedger.append_many of an "outcome" call\'s 4 events, no executor'
+CALL_WA = "floor of a write-ahead call with its bookkeeping (CallFloor), one at a time"
+CALL_OUTCOME = 'floor of an "outcome" call with its bookkeeping (CallFloor), one at a time'
+CALL_SIXTEEN = "floor of 16 write-ahead calls in flight with their bookkeeping (per call)"
 TARGETS = {WRITE_AHEAD: 2.5, OUTCOME: 1.3, SIXTEEN: 0.6}
 _ids = itertools.count(1)
 
@@ -82,35 +95,47 @@ class Rows:
         self.seq, self.prev = 0, ""
 
     def next(self) -> tuple[Any, ...]:
-        self.seq += 1
         event = CallRequested(
-            ts=time.time(), run_id="run-raw", call_id=f"c{self.seq}", tool="lookup", args={}
+            ts=time.time(), run_id="run-raw", call_id=f"c{self.seq + 1}", tool="lookup", args={}
         )
+        return self.chain(event)
+
+    def chain(self, event: Event) -> tuple[Any, ...]:
+        """``event``'s row, chained after the last one (encoded and hashed as the ledger's)."""
+        self.seq += 1
         r = make_record(event, self.seq, self.prev)
         self.prev = r.hash
         return (r.seq, r.type, r.run_id, r.call_id, r.tool, r.ts, r.payload, r.prev, r.hash)
 
 
 def connect(path: str, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """A raw connection on a new file with the ledger's schema, WAL + FULL."""
+    """A raw connection on a new file with the ledger's schema and meta (a ledger that
+    ``SQLiteLedger`` opens), WAL + FULL."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     for statement in _SCHEMA:
         conn.execute(statement)
-    conn.execute(_PUT_HEAD, (0, "", ""))
+    conn.executemany(
+        "INSERT INTO meta (name, value) VALUES (?, ?)",
+        [("format", _FORMAT), ("schema_version", str(SCHEMA_VERSION)), ("keyed", "0")],
+    )
+    conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", None)))
     return conn
 
 
-def ledger_commit(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+def ledger_commit(
+    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], mac: str | None = None
+) -> None:
     """The statements our writer runs per commit (tail known): BEGIN IMMEDIATE, PRAGMA
-    data_version, the insert, the head update, COMMIT."""
+    data_version, the insert, the head update, COMMIT. ``mac``: the head's MAC (None:
+    the last hash stands in for it, not computed)."""
     execute = conn.execute
     execute("BEGIN IMMEDIATE")
     execute("PRAGMA data_version").fetchone()
     conn.executemany(_INSERT, rows)
     last = rows[-1]
-    execute(_UPDATE_HEAD, (last[0], last[8], last[8]))
+    execute(_UPDATE_HEAD, (last[0], last[8], last[8] if mac is None else mac))
     execute("COMMIT")
 
 
@@ -136,9 +161,15 @@ class Threaded:
     trip per commit (``SimpleQueue.put``, then ``call_soon_threadsafe`` back), running
     the ledger's statements (or none: the round trip alone)."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, *, mark: bool = False) -> None:
         self.conn = connect(path, check_same_thread=False) if path is not None else None
+        # mark: after each commit, what DESIGN's SQLite ledger promises before the
+        # commit's appends return (README, "the mark"): the head's MAC, and the mark
+        # file moved forward under its lock (flock, pread, pwrite of one record, unlock).
+        self.mark_fd = os.open(f"{path}-mark", os.O_RDWR | os.O_CREAT, 0o600) if mark else None
+        self.known = b""
         self.rows = Rows()
+        self.staged: list[tuple[asyncio.Future[None], list[Event]]] = []
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -148,15 +179,67 @@ class Threaded:
             item = self.queue.get()
             if item is None:
                 return
-            future, rows = item
-            if self.conn is not None:
-                ledger_commit(self.conn, rows)
+            if type(item) is list:
+                # A group (``stage``): every call's events chained here, one commit, one
+                # hop back for all of them.
+                rows = [self.rows.chain(e) for _, events in item for e in events]
+                self._commit(rows)
+                futures = [future for future, _ in item]
+                futures[0].get_loop().call_soon_threadsafe(_settle, futures)
+                continue
+            future, rows, events = item
+            if events is not None:
+                rows = [self.rows.chain(e) for e in events]  # in the thread, as the ledger's
+            self._commit(rows)
             future.get_loop().call_soon_threadsafe(future.set_result, None)
+
+    def _commit(self, rows: list[tuple[Any, ...]]) -> None:
+        conn, fd = self.conn, self.mark_fd
+        if conn is None:
+            return
+        if fd is None:
+            ledger_commit(conn, rows)
+            return
+        # With the mark, in its least form: the head's MAC computed (once, for the head
+        # and the mark), then the mark moved under its lock: flock, pread, pwrite, unlock.
+        seq, hash_ = rows[-1][0], rows[-1][8]
+        mac = _head_mac(seq, hash_, None)
+        ledger_commit(conn, rows, mac)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            if os.pread(fd, 257, 0) != self.known:
+                raise AssertionError("nobody else writes this mark")
+            record = b"agent-adapter-mark 1 %d %b %b" % (seq, hash_.encode(), mac.encode())
+            self.known = record.ljust(255) + b"\n"
+            os.pwrite(fd, self.known, 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def commit_events(self, events: list[Event]) -> asyncio.Future[None]:
+        """One commit of ``events``, encoded and chained in the thread (as the ledger's
+        writer does); the future is settled once it committed."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put((future, None, events))
+        return future
+
+    def stage(self, events: list[Event]) -> asyncio.Future[None]:
+        """``commit_events`` through the least group commit: what is staged in one loop
+        iteration goes to the thread together and is committed in one transaction."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.staged.append((future, events))
+        if len(self.staged) == 1:
+            loop.call_soon(self._kick)
+        return future
+
+    def _kick(self) -> None:
+        staged, self.staged = self.staged, []
+        self.queue.put(staged)
 
     async def commit(self, count: int = 1) -> None:
         """One commit of ``count`` rows (each encoded and chained, as the ledger's)."""
         future = asyncio.get_running_loop().create_future()
-        self.queue.put((future, [self.rows.next() for _ in range(count)]))
+        self.queue.put((future, [self.rows.next() for _ in range(count)], None))
         await future
 
     async def write_ahead(self) -> None:
@@ -174,6 +257,45 @@ class Threaded:
         self.thread.join()
         if self.conn is not None:
             self.conn.close()
+        if self.mark_fd is not None:
+            os.close(self.mark_fd)
+
+
+def _settle(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        future.set_result(None)
+
+
+class CallFloor(BookkeepingFloor):
+    """The floor of a whole durable call: ``bench_executor.py``'s bookkeeping floor (the
+    contract plus what ``run_spec`` must keep per call, in one straight line, no
+    executor) on the same tool and arguments as ours, its events committed through the
+    hand-written writer thread, encoded and chained there.
+
+    ``write-ahead``: two commits (3 events, then the outcome), each one round trip;
+    ``outcome``: the four in one commit; ``grouped``: through ``Threaded.stage``, so
+    that calls in flight together share commits (for the floor of 16 in flight).
+    """
+
+    def __init__(self, writer: Threaded, durability: Durability, grouped: bool = False) -> None:
+        self.writer, self.durability, self.grouped = writer, durability, grouped
+        self.pending: list[Event] = []
+        super().__init__(lookup, RAW_ARGS)
+
+    def reset(self, n: int) -> None:
+        super().reset(n)
+        self.append_now = self._commit
+
+    def _commit(self, events: list[Event]) -> asyncio.Future[None] | None:
+        if self.durability == "outcome" and not self.pending:
+            self.pending = events  # the pre-body events wait for the outcome's commit
+            return None
+        events, self.pending = self.pending + events, []
+        commit = self.writer.stage if self.grouped else self.writer.commit_events
+        return commit(events)
+
+    async def sixteen(self) -> None:
+        await asyncio.gather(*(self.call() for _ in range(16)))
 
 
 class Aio:
@@ -285,6 +407,10 @@ async def main(args: argparse.Namespace) -> None:
     hop, threaded = Threaded(None), Threaded(os.path.join(directory, "threaded.db"))
     aio = Aio(os.path.join(directory, "aio.db"))
     appends = Appends(os.path.join(directory, "appends.db"))
+    floor_writer = Threaded(os.path.join(directory, "floor.db"), mark=True)
+    call_wa = CallFloor(floor_writer, "write-ahead")
+    call_outcome = CallFloor(floor_writer, "outcome")
+    call_sixteen = CallFloor(floor_writer, "write-ahead", grouped=True)
     # ops per block (16 in flight: n gathers of 16 calls, reported per call)
     n = 20 if args.quick else 150
     variants: dict[str, tuple[Callable[[], Awaitable[Any]], int, int]] = {
@@ -298,6 +424,9 @@ async def main(args: argparse.Namespace) -> None:
         THREADED_WA: (threaded.write_ahead, n, 1),
         THREADED_OUTCOME: (threaded.outcome, n, 1),
         LEDGER_OUTCOME: (appends.outcome, n, 1),
+        CALL_WA: (call_wa.call, n, 1),
+        CALL_OUTCOME: (call_outcome.call, n, 1),
+        CALL_SIXTEEN: (call_sixteen.sixteen, max(2, n // 8), 16),
     }
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -325,6 +454,7 @@ async def main(args: argparse.Namespace) -> None:
         await appends.ledger.close()
         hop.close()
         threaded.close()
+        floor_writer.close()
         raw.close()
         shutil.rmtree(directory, ignore_errors=True)
     rows = []
@@ -374,9 +504,44 @@ async def main(args: argparse.Namespace) -> None:
         "Ratios are medians of per-round ratios; CPU is the whole process (writer thread "
         "included)."
     )
-    for ours, floor in ((WRITE_AHEAD, THREADED_WA), (OUTCOME, THREADED_OUTCOME)):
-        over = statistics.median(a / b for a, b in zip(wall[ours], wall[floor], strict=True))
-        print(f"\n{ours} / its floor ({floor}), wall: {fmt_ratio(over)}")
+    print("\nEach call beside its floors (medians of per-round ratios):\n")
+    floor_rows = []
+    for ours, rows_floor, call_floor in (
+        (WRITE_AHEAD, THREADED_WA, CALL_WA),
+        (OUTCOME, THREADED_OUTCOME, CALL_OUTCOME),
+        (SIXTEEN, None, CALL_SIXTEEN),
+    ):
+        def over(floor: str, of: dict[str, list[float]], ours: str = ours) -> str:
+            return fmt_ratio(
+                statistics.median(a / b for a, b in zip(of[ours], of[floor], strict=True))
+            )
+
+        call_floor_ratio = statistics.median(
+            a / b for a, b in zip(wall[call_floor], wall[BASE], strict=True)
+        )
+        target = TARGETS[ours]
+        floor_rows.append(
+            [
+                ours,
+                "" if rows_floor is None else over(rows_floor, wall),
+                over(call_floor, wall),
+                over(call_floor, cpu),
+                f"{fmt_ratio(call_floor_ratio)} (target <= {target:g}: "
+                f"{'under' if call_floor_ratio <= target else '**over**'})",
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "call",
+                "ours / its rows' floor (wall)",
+                "ours / its call floor (wall)",
+                "ours / its call floor (CPU)",
+                "its call floor / BASE (wall)",
+            ],
+            floor_rows,
+        )
+    )
     aio_ratio = statistics.median(a / b for a, b in zip(wall[AIO], wall[THREADED], strict=True))
     print(
         f"\naiosqlite / the hand-written writer thread, same statements, wall per commit: "

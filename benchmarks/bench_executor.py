@@ -43,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import msgspec
@@ -472,15 +473,21 @@ class BookkeepingFloor(ContractFloor):
     def reset(self, n: int) -> None:
         self.executor = Executor(self.spec_registry, ledger=MemoryLedger())
         self.executor._started = True  # nothing to replay
+        # Stores a call's events: the MemoryLedger's append_now (returns None), or, in
+        # bench_durable.py's floor of a durable call, a commit to await (a future).
+        self.append_now: Callable[[list[Any]], Awaitable[None] | None] = (
+            self.executor.ledger.append_now  # type: ignore[attr-defined]
+        )
 
-    def __init__(self) -> None:
+    def __init__(self, fn: Callable[..., Awaitable[Any]] = lookup_order, raw: str = RAW) -> None:
         self.spec_registry = Registry()
-        self.spec = self.spec_registry.tool(lookup_order)
+        self.spec = self.spec_registry.tool(fn)
+        self.raw = raw
         self.reset(0)
 
     async def call(self) -> Any:
-        ex, spec = self.executor, self.spec
-        state, append_now, clock = ex.state, ex.ledger.append_now, time.time  # type: ignore[attr-defined]
+        ex, spec, raw = self.executor, self.spec, self.raw
+        state, append_now, clock = ex.state, self.append_now, time.time
         ctx = CallContext(run_id="run-bench", call_id=f"c{next(_ids)}")
         key = (ctx.run_id, ctx.call_id)
         if key in state.outcomes or key in state.inflight:
@@ -488,13 +495,13 @@ class BookkeepingFloor(ContractFloor):
         run = _Run(spec, ctx, clock())
         common = {"run_id": ctx.run_id, "call_id": ctx.call_id, "tool": spec.name}
         requested = CallRequested(
-            ts=run.t0, args=ex._requested_args(spec, RAW), metadata=ctx.metadata, **common
+            ts=run.t0, args=ex._requested_args(spec, raw), metadata=ctx.metadata, **common
         )
         state._requested(requested)
         mine = appending.set(ex._follower)
         token = None
         try:
-            args, call_digest = _validated(spec, RAW)
+            args, call_digest = _validated(spec, raw)
             validated = CallValidated(ts=clock(), digest=call_digest, **common)
             state._validated(validated)
             call = Call(tool=spec.name, spec=spec, args=args, digest=call_digest, ctx=ctx)
@@ -502,7 +509,9 @@ class BookkeepingFloor(ContractFloor):
             token = _current.set(call)
             started = CallStarted(ts=clock(), digest=call_digest, **common)
             state._started(started)
-            append_now([requested, validated, started])
+            committing = append_now([requested, validated, started])
+            if committing is not None:
+                await committing
             result = await spec.fn(**call.args)
             value = msgspec.to_builtins(result, str_keys=True)
             now = clock()
@@ -510,7 +519,9 @@ class BookkeepingFloor(ContractFloor):
                 ts=now, duration_ms=(now - run.t0) * 1000.0, result=value, **common
             )
             state._outcome(outcome)
-            append_now([outcome])
+            committing = append_now([outcome])
+            if committing is not None:
+                await committing
             return result
         finally:
             appending.reset(mine)

@@ -17,6 +17,20 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
 
 
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in benchmarks/ (nested: no scratch files outside the test's own)."""
+    env = dict(os.environ, AGENT_ADAPTER_BENCH_NESTED="1")
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=BENCHMARKS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_there_are_benchmarks() -> None:
     """The digest and executor benchmarks exist (the glob below is not silently empty)."""
     names = {p.name for p in SCRIPTS}
@@ -26,16 +40,7 @@ def test_there_are_benchmarks() -> None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_benchmark_runs_in_quick_mode(script: Path) -> None:
     """The script exits 0 in --quick mode and prints a table with a ratio column."""
-    env = dict(os.environ, AGENT_ADAPTER_BENCH_NESTED="1")
-    proc = subprocess.run(
-        [sys.executable, str(script), "--quick"],
-        cwd=BENCHMARKS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_bench(str(script), "--quick")
     assert proc.returncode == 0, proc.stderr[-3000:]
     header_lines = [
         line for line in proc.stdout.splitlines() if line.startswith("|") and "ratio" in line
@@ -53,16 +58,7 @@ def test_benchmark_runs_in_quick_mode(script: Path) -> None:
 def test_the_executor_floors_run(flag: str, row: str) -> None:
     """``bench_executor.py --floors`` and ``--bookkeeping`` (issue 16's item 4) still run
     and print the rows the benchmarks README quotes."""
-    env = dict(os.environ, AGENT_ADAPTER_BENCH_NESTED="1")
-    proc = subprocess.run(
-        [sys.executable, "bench_executor.py", flag, "--quick"],
-        cwd=BENCHMARKS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_bench("bench_executor.py", flag, "--quick")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert row in proc.stdout, proc.stdout[-2000:]
 
@@ -80,3 +76,48 @@ def test_ab_core_compares_a_commit_with_the_working_tree() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| aa_base |" in proc.stdout and "| aa_new |" in proc.stdout, proc.stdout
     assert "new / base: core" in proc.stdout, proc.stdout
+
+
+def test_the_durable_call_floor_writes_a_ledger_that_verifies(tmp_path: Path) -> None:
+    """``bench_durable.py``'s floor of a whole call does the work it stands for: its
+    commits (through the hand-written thread, with the mark) leave a ledger that our
+    SQLiteLedger opens and verifies, events, head and mark, for every kind of floor call."""
+    script = f"""
+import asyncio, sys
+sys.path.insert(0, {str(BENCHMARKS)!r})
+import bench_durable as bd
+from agent_adapter.ledger import SQLiteLedger
+
+async def main():
+    path = {str(tmp_path / "floor.db")!r}
+    writer = bd.Threaded(path, mark=True)
+    try:
+        for durability, grouped in (("write-ahead", False), ("outcome", False), ("write-ahead", True)):
+            floor = bd.CallFloor(writer, durability, grouped=grouped)
+            assert await floor.call() == "ok"
+            await floor.sixteen() if grouped else await floor.call()
+    finally:
+        writer.close()
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        print(await ledger.verify())
+        print(sorted({{e.type async for e in ledger.read()}}))
+
+asyncio.run(main())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 2 + 2 + 17 calls of 4 events each: write-ahead, "outcome", then 1 + 16 grouped.
+    assert "Verification(ok=True, checked=84" in proc.stdout, proc.stdout
+    assert "'call.started', 'call.succeeded'" in proc.stdout, proc.stdout
+    assert (tmp_path / "floor.db-mark").read_bytes().split()[2] == b"84"
+
+
+def test_bench_durable_prints_each_calls_floors() -> None:
+    """The rows of ``bench_durable.py`` that the benchmarks README quotes."""
+    proc = run_bench("bench_durable.py", "--quick", "--rounds", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ours / its call floor (wall)" in proc.stdout, proc.stdout[-2000:]
+    for row in ("write-ahead call with its bookkeeping", "16 write-ahead calls in flight"):
+        assert row in proc.stdout, proc.stdout[-2000:]
