@@ -179,9 +179,11 @@ class Follow:
         before ``staged``: a batch staged in between was staged at that horizon or past
         it, since both are written on the loop, together, in ``_stage``.)
         """
+        self.delivered = through
+        if not heard and not self.claims:
+            return  # nothing kept, nothing to keep (the common case)
         horizon = self.horizon
         idle = self.staged == self.written
-        self.delivered = through
         floor = max(staged_at, horizon) if idle else staged_at
         claims = [(s, k) for s, k in self.claims if s > floor] if self.claims else []
         claims.extend((e.seq, e.key) for e in heard if isinstance(e, EffectClaimed))
