@@ -13,7 +13,7 @@ per block:
   ``bench_ledger.py``'s table (item 2 of issue 16);
 - floors, each in the same rounds: one writer-thread round trip with no SQL; the rows
   of a call through a hand-written writer thread (3 rows then 1; 4 in one commit); and
-  the floor of a whole call (``CallFloor``): ``bench_executor.py``'s bookkeeping floor
+  the floor of a whole call (``CallFloor``): ``_floors.py``'s bookkeeping floor
   (the contract plus what ``run_spec`` must keep, no executor) on the same tool, its
   events chained and committed in the hand-written thread with the head's MAC and the
   mark (what the SQLite ledger promises before an append returns), one at a time and
@@ -47,7 +47,7 @@ from typing import Any
 
 import aiosqlite
 from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summarize
-from bench_executor import BookkeepingFloor
+from _floors import BookkeepingFloor
 
 from agent_adapter import Executor, Registry
 from agent_adapter.engine import CallContext
@@ -267,7 +267,7 @@ def _settle(futures: list[asyncio.Future[None]]) -> None:
 
 
 class CallFloor(BookkeepingFloor):
-    """The floor of a whole durable call: ``bench_executor.py``'s bookkeeping floor (the
+    """The floor of a whole durable call: ``_floors.py``'s bookkeeping floor (the
     contract plus what ``run_spec`` must keep per call, in one straight line, no
     executor) on the same tool and arguments as ours, its events committed through the
     hand-written writer thread, encoded and chained there.
@@ -511,6 +511,7 @@ async def main(args: argparse.Namespace) -> None:
         (OUTCOME, THREADED_OUTCOME, CALL_OUTCOME),
         (SIXTEEN, None, CALL_SIXTEEN),
     ):
+
         def over(floor: str, of: dict[str, list[float]], ours: str = ours) -> str:
             return fmt_ratio(
                 statistics.median(a / b for a, b in zip(of[ours], of[floor], strict=True))
