@@ -323,7 +323,7 @@ class _Writer(_Worker):
                         staged_at = batch.horizon
             _, through, written = done
             heard: list[Event] = []
-            for i, (owner, events, rows) in enumerate(written):
+            for owner, events, rows in written:
                 if owner is not follow:
                     heard.extend(_decoded(events, rows))
             follow.committed(heard, through, staged_at)
@@ -375,7 +375,7 @@ class _Writer(_Worker):
     ) -> tuple[list[Event], int, list[_Written]] | None:
         """Commit ``batches``: (others' events since the followers last heard, the last
         seq, the written batches), or None when the transaction failed."""
-        deadline = 0.0  # set at the first busy try (not per commit)
+        deadline = time.monotonic() + self._wait_s
         pause = 0.001
         while True:
             for batch in batches:
@@ -387,8 +387,6 @@ class _Writer(_Worker):
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                if _is_busy(exc) and not deadline:
-                    deadline = time.monotonic() + self._wait_s
                 if _is_busy(exc) and time.monotonic() < deadline:
                     # The busy handler already waited; SQLite skips it in some cases
                     # (recovery, deadlock avoidance), so wait a little here too.
