@@ -154,3 +154,35 @@ async def test_an_overridden_append_many_sees_every_append_of_a_plain_call() -> 
         ["call.succeeded"],
         ["call.requested", "call.validated", "call.started", "call.succeeded"],
     ]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_subscriber_that_arrives_while_the_body_runs_sees_the_outcome(
+    store: str, tmp_path: Any
+) -> None:
+    """subscribe() holds "from this call on": a plain call whose body is running when
+    someone subscribes still hands its outcome to the subscriber, as the full path's
+    Executor._end does (MemoryLedger's append_now and a durable ledger alike)."""
+    from agent_adapter.ledger import SQLiteLedger
+
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(order_id: str) -> str:
+        entered.set()
+        await release.wait()
+        return "done"
+
+    registry = Registry()
+    spec = registry.tool(slow)
+    ledger = MemoryLedger() if store == "memory" else SQLiteLedger(tmp_path / "l.db")
+    async with Executor(registry, ledger=ledger) as executor:
+        call = asyncio.ensure_future(
+            executor.run_spec(spec, {"order_id": "o1"}, CallContext(run_id="r", call_id="c1"))
+        )
+        await entered.wait()
+        live = executor.subscribe()
+        release.set()
+        assert await call == "done"
+        seen = await asyncio.wait_for(anext(aiter(live)), timeout=30)
+        assert (seen.type, seen.call_id) == ("call.succeeded", "c1")
+        await live.aclose()

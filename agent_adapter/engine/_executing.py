@@ -438,16 +438,20 @@ async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
         raise _body_failed(self, run, exc) from None
     outcome = _succeeded(self, run, result)
     if append_now is None:
-        await _write_success(self, run, outcome)
-        return result
-    state._outcome(outcome)
-    run.buffer.append(outcome)
-    run.ended = True
-    events, run.buffer = run.buffer, []
-    try:
-        append_now(events)
-    except UnrecordableEvent as refused:  # (never for what the boundary checked)
-        await append_repaired(self.ledger, events, refused)
+        events = await _write_success(self, run, outcome)
+    else:
+        state._outcome(outcome)
+        run.buffer.append(outcome)
+        run.ended = True
+        events, run.buffer = run.buffer, []
+        try:
+            append_now(events)
+        except UnrecordableEvent as refused:  # (never for what the boundary checked)
+            await append_repaired(self.ledger, events, refused)
+    if self._observed:
+        # A subscriber that arrived while the body ran (subscribe() registers at once):
+        # the outcome is its to see, as after Executor._end.
+        await self._dispatch(events)
     return result
 
 
