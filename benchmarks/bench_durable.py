@@ -46,8 +46,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiosqlite
-from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summarize
 from _floors import BookkeepingFloor
+from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summarize
 
 from agent_adapter import Executor, Registry
 from agent_adapter.engine import CallContext
@@ -182,15 +182,23 @@ class Threaded:
             if type(item) is list:
                 # A group (``stage``): every call's events chained here, one commit, one
                 # hop back for all of them.
-                rows = [self.rows.chain(e) for _, events in item for e in events]
-                self._commit(rows)
                 futures = [future for future, _ in item]
+                try:
+                    rows = [self.rows.chain(e) for _, events in item for e in events]
+                    self._commit(rows)
+                except BaseException as exc:  # the benchmark fails rather than hangs
+                    futures[0].get_loop().call_soon_threadsafe(_settle, futures, exc)
+                    continue
                 futures[0].get_loop().call_soon_threadsafe(_settle, futures)
                 continue
             future, rows, events = item
-            if events is not None:
-                rows = [self.rows.chain(e) for e in events]  # in the thread, as the ledger's
-            self._commit(rows)
+            try:
+                if events is not None:
+                    rows = [self.rows.chain(e) for e in events]  # in the thread, as ours
+                self._commit(rows)
+            except BaseException as exc:
+                future.get_loop().call_soon_threadsafe(future.set_exception, exc)
+                continue
             future.get_loop().call_soon_threadsafe(future.set_result, None)
 
     def _commit(self, rows: list[tuple[Any, ...]]) -> None:
@@ -261,9 +269,12 @@ class Threaded:
             os.close(self.mark_fd)
 
 
-def _settle(futures: list[asyncio.Future[None]]) -> None:
+def _settle(futures: list[asyncio.Future[None]], error: BaseException | None = None) -> None:
     for future in futures:
-        future.set_result(None)
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 class CallFloor(BookkeepingFloor):

@@ -92,7 +92,8 @@ async def main():
     path = {str(tmp_path / "floor.db")!r}
     writer = bd.Threaded(path, mark=True)
     try:
-        for durability, grouped in (("write-ahead", False), ("outcome", False), ("write-ahead", True)):
+        kinds = (("write-ahead", False), ("outcome", False), ("write-ahead", True))
+        for durability, grouped in kinds:
             floor = bd.CallFloor(writer, durability, grouped=grouped)
             assert await floor.call() == "ok"
             await floor.sixteen() if grouped else await floor.call()
