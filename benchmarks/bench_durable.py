@@ -30,23 +30,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import gc
 import itertools
 import os
-import queue
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiosqlite
-from _floors import BookkeepingFloor
+from _floors import BookkeepingFloor, Rows, Threaded, connect
 from _harness import fmt_ns, fmt_pct, fmt_ratio, header, markdown_table, summarize
 
 from agent_adapter import Executor, Registry
@@ -60,9 +56,7 @@ from agent_adapter.ledger import (
     Event,
     SQLiteLedger,
 )
-from agent_adapter.ledger._chain import make_record
-from agent_adapter.ledger._sqlite_files import _FORMAT, _SCHEMA, SCHEMA_VERSION
-from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD, _head_mac
+from agent_adapter.ledger._sqlite_head import _UPDATE_HEAD
 from agent_adapter.ledger._sqlite_threads import _INSERT
 
 RAW_ARGS = '{"order_id":"ord_0001","customer":"cus_42","amount":99.5}'
@@ -88,57 +82,6 @@ async def lookup(order_id: str, customer: str, amount: float) -> str:
     return "ok"
 
 
-class Rows:
-    """Chained rows shaped like the ledger's (a small ``call.requested`` each), numbered on."""
-
-    def __init__(self) -> None:
-        self.seq, self.prev = 0, ""
-
-    def next(self) -> tuple[Any, ...]:
-        event = CallRequested(
-            ts=time.time(), run_id="run-raw", call_id=f"c{self.seq + 1}", tool="lookup", args={}
-        )
-        return self.chain(event)
-
-    def chain(self, event: Event) -> tuple[Any, ...]:
-        """``event``'s row, chained after the last one (encoded and hashed as the ledger's)."""
-        self.seq += 1
-        r = make_record(event, self.seq, self.prev)
-        self.prev = r.hash
-        return (r.seq, r.type, r.run_id, r.call_id, r.tool, r.ts, r.payload, r.prev, r.hash)
-
-
-def connect(path: str, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """A raw connection on a new file with the ledger's schema and meta (a ledger that
-    ``SQLiteLedger`` opens), WAL + FULL."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    for statement in _SCHEMA:
-        conn.execute(statement)
-    conn.executemany(
-        "INSERT INTO meta (name, value) VALUES (?, ?)",
-        [("format", _FORMAT), ("schema_version", str(SCHEMA_VERSION)), ("keyed", "0")],
-    )
-    conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", None)))
-    return conn
-
-
-def ledger_commit(
-    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], mac: str | None = None
-) -> None:
-    """The statements our writer runs per commit (tail known): BEGIN IMMEDIATE, PRAGMA
-    data_version, the insert, the head update, COMMIT. ``mac``: the head's MAC (None:
-    the last hash stands in for it, not computed)."""
-    execute = conn.execute
-    execute("BEGIN IMMEDIATE")
-    execute("PRAGMA data_version").fetchone()
-    conn.executemany(_INSERT, rows)
-    last = rows[-1]
-    execute(_UPDATE_HEAD, (last[0], last[8], last[8] if mac is None else mac))
-    execute("COMMIT")
-
-
 class Raw:
     """One raw FULL commit per op (BEGIN IMMEDIATE, one INSERT, COMMIT), from this thread."""
 
@@ -154,127 +97,6 @@ class Raw:
 
     def close(self) -> None:
         self.conn.close()
-
-
-class Threaded:
-    """The best hand-written threaded writer: a thread owning the connection, one round
-    trip per commit (``SimpleQueue.put``, then ``call_soon_threadsafe`` back), running
-    the ledger's statements (or none: the round trip alone)."""
-
-    def __init__(self, path: str | None, *, mark: bool = False) -> None:
-        self.conn = connect(path, check_same_thread=False) if path is not None else None
-        # mark: after each commit, what DESIGN's SQLite ledger promises before the
-        # commit's appends return (README, "the mark"): the head's MAC, and the mark
-        # file moved forward under its lock (flock, pread, pwrite of one record, unlock).
-        self.mark_fd = os.open(f"{path}-mark", os.O_RDWR | os.O_CREAT, 0o600) if mark else None
-        self.known = b""
-        self.rows = Rows()
-        self.staged: list[tuple[asyncio.Future[None], list[Event]]] = []
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            if type(item) is list:
-                # A group (``stage``): every call's events chained here, one commit, one
-                # hop back for all of them.
-                futures = [future for future, _ in item]
-                try:
-                    rows = [self.rows.chain(e) for _, events in item for e in events]
-                    self._commit(rows)
-                except BaseException as exc:  # the benchmark fails rather than hangs
-                    futures[0].get_loop().call_soon_threadsafe(_settle, futures, exc)
-                    continue
-                futures[0].get_loop().call_soon_threadsafe(_settle, futures)
-                continue
-            future, rows, events = item
-            try:
-                if events is not None:
-                    rows = [self.rows.chain(e) for e in events]  # in the thread, as ours
-                self._commit(rows)
-            except BaseException as exc:
-                future.get_loop().call_soon_threadsafe(future.set_exception, exc)
-                continue
-            future.get_loop().call_soon_threadsafe(future.set_result, None)
-
-    def _commit(self, rows: list[tuple[Any, ...]]) -> None:
-        conn, fd = self.conn, self.mark_fd
-        if conn is None:
-            return
-        if fd is None:
-            ledger_commit(conn, rows)
-            return
-        # With the mark, in its least form: the head's MAC computed (once, for the head
-        # and the mark), then the mark moved under its lock: flock, pread, pwrite, unlock.
-        seq, hash_ = rows[-1][0], rows[-1][8]
-        mac = _head_mac(seq, hash_, None)
-        ledger_commit(conn, rows, mac)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        try:
-            if os.pread(fd, 257, 0) != self.known:
-                raise AssertionError("nobody else writes this mark")
-            record = b"agent-adapter-mark 1 %d %b %b" % (seq, hash_.encode(), mac.encode())
-            self.known = record.ljust(255) + b"\n"
-            os.pwrite(fd, self.known, 0)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def commit_events(self, events: list[Event]) -> asyncio.Future[None]:
-        """One commit of ``events``, encoded and chained in the thread (as the ledger's
-        writer does); the future is settled once it committed."""
-        future = asyncio.get_running_loop().create_future()
-        self.queue.put((future, None, events))
-        return future
-
-    def stage(self, events: list[Event]) -> asyncio.Future[None]:
-        """``commit_events`` through the least group commit: what is staged in one loop
-        iteration goes to the thread together and is committed in one transaction."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.staged.append((future, events))
-        if len(self.staged) == 1:
-            loop.call_soon(self._kick)
-        return future
-
-    def _kick(self) -> None:
-        staged, self.staged = self.staged, []
-        self.queue.put(staged)
-
-    async def commit(self, count: int = 1) -> None:
-        """One commit of ``count`` rows (each encoded and chained, as the ledger's)."""
-        future = asyncio.get_running_loop().create_future()
-        self.queue.put((future, [self.rows.next() for _ in range(count)], None))
-        await future
-
-    async def write_ahead(self) -> None:
-        """The rows of a write-ahead call: requested, validated and started in one
-        commit, its outcome in a second."""
-        await self.commit(3)
-        await self.commit(1)
-
-    async def outcome(self) -> None:
-        """The four rows of an ``"outcome"`` call, in one commit."""
-        await self.commit(4)
-
-    def close(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-        if self.conn is not None:
-            self.conn.close()
-        if self.mark_fd is not None:
-            os.close(self.mark_fd)
-
-
-def _settle(futures: list[asyncio.Future[None]], error: BaseException | None = None) -> None:
-    for future in futures:
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
 
 
 class CallFloor(BookkeepingFloor):
