@@ -648,6 +648,45 @@ async def test_a_corrupt_page_is_named_at_its_first_seq(tmp_path: Path) -> None:
     )
 
 
+async def test_a_file_from_before_the_call_index_with_a_corrupt_page_still_opens_to_append(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger made before events_call_run, with a corrupt page of events in the middle:
+    the first writer cannot build the new index (the build reads every row). It opens as
+    before, keeps the old index, says so in a warning, and appends; verify() still names
+    the damaged page."""
+    path = tmp_path / "l.db"
+    await fill(path, 300)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE INDEX events_call_id ON events (call_id)")
+    conn.execute("DROP INDEX events_call_run")
+    conn.close()
+    data = bytearray(path.read_bytes())
+    meta_root, page_size = root_page(path, "meta")
+    leaves = [
+        page
+        for page in range(2, len(data) // page_size + 1)
+        if data[(page - 1) * page_size] == 0x0D and page != meta_root
+    ]
+    page = leaves[len(leaves) // 2]
+    _, at = varint(data, leaf_cells(data, page, page_size)[0])
+    first, _ = varint(data, at)
+    data[(page - 1) * page_size + 1 : (page - 1) * page_size + 8] = b"\xff" * 7
+    path.write_bytes(data)
+    with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+        async with SQLiteLedger(path) as ledger:
+            [appended] = await ledger.append_many([requested("c300")])
+            verification = await ledger.verify()
+    assert appended.seq == 301
+    assert verification.first_bad_seq == first
+    assert [m.split(" (")[0] for m in caplog.messages] == [
+        f"ledger {path}: its call index could not be brought up to date"
+    ]
+    names = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert {"events_call_id", "events_run_id"} <= names
+    assert "events_call_run" not in names
+
+
 async def test_memory_ledger_records_of_the_wrong_kinds_are_named() -> None:
     """Records tampered to the wrong kinds (bytes hash, str payload, str seq) are named by
     verify(), never a TypeError."""
@@ -696,18 +735,24 @@ async def fill_runs(path: Path) -> list[Event]:
         )
 
 
-def change_index_entry(path: Path, index: str, old: bytes, new: bytes) -> None:
-    """Rewrite the key of the last entry (in key order) of ``index`` whose key is ``old`` to
-    ``new`` (as long): one damaged sector of the index, the table intact."""
+def change_index_entry(
+    path: Path, index: str, old: bytes, new: bytes, *, column: int = 0, first: bool = False
+) -> None:
+    """Rewrite ``column`` of the last (``first``: the first) entry in key order of
+    ``index`` whose ``column`` is ``old`` to ``new`` (as long): one damaged sector of the
+    index, the table intact."""
     data = bytearray(path.read_bytes())
     root, page_size = root_page(path, index)
     found = None
     for cell in leaf_cells(data, root, page_size):
         _, record = varint(data, cell)  # the key's size
         header_size, types_at = varint(data, record)
-        serial, _ = varint(data, types_at)
         value = record + header_size
-        if bytes(data[value : value + serial_size(serial)]) == old:
+        for _ in range(column):
+            serial, types_at = varint(data, types_at)
+            value += serial_size(serial)
+        serial, _ = varint(data, types_at)
+        if bytes(data[value : value + serial_size(serial)]) == old and not (first and found):
             found = value
     assert found is not None
     data[found : found + len(new)] = new
@@ -745,15 +790,38 @@ async def test_a_damaged_run_index_is_found_by_deep_verify_and_never_mixes_runs(
 
 
 async def test_a_damaged_call_index_never_answers_for_another_call(tmp_path: Path) -> None:
-    """The call_id index entry of c3 says c4: a read by call c4 returns c4's event only."""
+    """The call index entry of run-b's c3 says c4: a read by call c4 returns c4's event
+    only, and a read of run-b's c4, which the entry now names exactly, returns nothing."""
     path = tmp_path / "l.db"
     events = await fill_runs(path)
-    change_index_entry(path, "events_call_id", b"c3", b"c4")
+    change_index_entry(path, "events_call_run", b"c3", b"c4")
     async with SQLiteLedger(path, readonly=True) as ledger:
         assert await read_all(ledger, call_id="c4") == [events[4]]
-        assert await read_all(ledger, run_id="run-a", call_id="c4") == [events[4]]
+        assert await read_all(ledger, run_id="run-b", call_id="c4") == []
         deep = await ledger.verify(deep=True)
     assert (deep.ok, deep.first_bad_seq) == (False, 4)
+
+
+async def test_a_damaged_call_index_never_answers_for_another_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The (call_id, run_id) index, which a read by run and call seeks both ids in: the
+    entry of run-b's c1 (seq 2) says run-a. A read of run-a's c1 meets seq 2 there, leaves
+    it out and logs it; deep verify names seq 2."""
+    path = tmp_path / "l.db"
+    await fill_runs(path)
+    change_index_entry(path, "events_call_run", b"run-b", b"run-a", column=1, first=True)
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+            c1 = await read_all(ledger, run_id="run-a", call_id="c1")
+        deep = await ledger.verify(deep=True)
+    assert c1 == []
+    assert caplog.messages == [
+        f"ledger {path}: a read by run 'run-a' / call 'c1' met seq 2, which is not one of "
+        "its events (a damaged index?); it was left out: see agent-adapter ledger verify --deep"
+    ]
+    assert (deep.ok, deep.first_bad_seq) == (False, 2)
+    assert "missing from index events_call_run" in deep.reason
 
 
 def test_ledger_verify_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -59,7 +59,8 @@ def query(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
 
 
 async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
-    """A new file gets the events table, its run_id/call_id indexes and a versioned meta."""
+    """A new file gets the events table, its run_id and (call_id, run_id) indexes and a
+    versioned meta."""
     path = tmp_path / "l.db"
     [event] = await fill(path, 1)
     columns = [row[1] for row in query(path, "PRAGMA table_info(events)")]
@@ -72,7 +73,7 @@ async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
     }
     assert indexes == {
         "events_run_id": "CREATE INDEX events_run_id ON events (run_id)",
-        "events_call_id": "CREATE INDEX events_call_id ON events (call_id)",
+        "events_call_run": "CREATE INDEX events_call_run ON events (call_id, run_id)",
     }
     meta = dict(query(path, "SELECT name, value FROM meta"))
     assert meta == {
@@ -84,6 +85,51 @@ async def test_schema_tables_indexes_and_meta(tmp_path: Path) -> None:
         "head_mac": _head_mac(1, event.hash, None),
     }
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+def index_names(path: Path) -> set[object]:
+    """The names of the events table's indexes in the file at ``path``."""
+    return {row[0] for row in query(path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
+def read_plan(path: Path, where: str, *params: object) -> str:
+    """How SQLite runs the ledger's page query with ``where`` (EXPLAIN QUERY PLAN)."""
+    sql = f"SELECT seq, prev, hash, payload FROM events WHERE {where} ORDER BY seq LIMIT ?"
+    return " ".join(str(row[-1]) for row in query(path, f"EXPLAIN QUERY PLAN {sql}", *params))
+
+
+async def test_a_file_from_before_the_call_run_index_gets_it_from_its_first_writer(
+    tmp_path: Path,
+) -> None:
+    """A ledger made before events_call_run (its call index was call_id alone) reads the
+    same through that index read-only, and is left unchanged; the first writer to open it
+    replaces the index, and a read by run and call then seeks both ids (call ids repeat
+    across runs: through call_id alone it scanned every run's c1)."""
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many(
+            [requested(f"c{i % 3}", run_id=f"run-{i // 3}") for i in range(9)]
+        )
+    query(path, "CREATE INDEX events_call_id ON events (call_id)")
+    query(path, "DROP INDEX events_call_run")
+    query(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    before = file_bytes(path)
+    where = "seq > ? AND run_id = ? AND call_id = ?"
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await read_all(ledger, run_id="run-1", call_id="c1") == [events[4]]
+        assert await read_all(ledger, call_id="c2") == events[2::3]
+    assert file_bytes(path) == before
+    assert "events_call_run" not in read_plan(path, where, 0, "run-1", "c1", 10)
+    async with SQLiteLedger(path) as ledger:
+        await ledger.open()
+    assert index_names(path) == {"sqlite_autoindex_meta_1", "events_run_id", "events_call_run"}
+    assert "events_call_run (call_id=? AND run_id=? AND rowid>?)" in read_plan(
+        path, where, 0, "run-1", "c1", 10
+    )
+    async with SQLiteLedger(path) as ledger:
+        assert await read_all(ledger, run_id="run-2", call_id="c0") == [events[6]]
+        assert await read_all(ledger, call_id="c2") == events[2::3]
+        assert await ledger.verify(deep=True) == Verification(ok=True, checked=9)
 
 
 async def test_columns_mirror_the_event_and_payload_is_the_encoding(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from ._follow import Follow
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _FORMAT,
+    _MIGRATIONS,
     _SCHEMA,
     SCHEMA_VERSION,
     _inspect,
@@ -239,6 +240,7 @@ class SQLiteLedger(GroupCommit):
             raise LedgerError(f"ledger {self.path}: WAL mode is not available (got {mode})")
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("BEGIN IMMEDIATE")
+        migrate = False
         try:
             # Checked again under the write lock: another process may have created it.
             meta = _inspect(conn, self.path)
@@ -260,6 +262,7 @@ class SQLiteLedger(GroupCommit):
                 conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
                 self._keyed = self._key is not None
             else:
+                migrate = _outdated(conn)
                 self._keyed = meta.get("keyed") == "1"
                 if self._key is not None and not self._keyed:
                     _refuse_unkeyed_chain(conn, self.path, self._key, meta)
@@ -271,6 +274,32 @@ class SQLiteLedger(GroupCommit):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if migrate:
+            self._migrate(conn)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring a file made by an earlier version up to this one's indexes, in a
+        transaction of its own after the opening's. An index that cannot be built (a
+        damaged page: the build reads every row) leaves the file as it was, and the
+        ledger opens as before: its events still read, replay and verify, and appends
+        go on; only the reads by run and call are slower."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _MIGRATIONS:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if _is_busy(exc):
+                raise
+            _log.warning(
+                "ledger %s: its call index could not be brought up to date (%s); it was "
+                "left as it was (reads by run and call are slower): see agent-adapter "
+                "ledger verify --deep",
+                self.path,
+                exc,
+            )
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -488,6 +517,12 @@ class SQLiteLedger(GroupCommit):
                 f"ledger {self.path} is keyed (HMAC): its chain cannot be checked without the key"
             ),
         )
+
+
+def _outdated(conn: sqlite3.Connection) -> bool:
+    """Whether the file's indexes are an earlier version's (``_MIGRATIONS`` changes them)."""
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return "events_call_run" not in names or "events_call_id" in names
 
 
 def _ignore_result(future: asyncio.Future[Any]) -> None:

@@ -27,6 +27,14 @@ SCHEMA_VERSION = 1
 _FORMAT = "agent-adapter-ledger"
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
+#: A read of one call of one run (a repeated call id's step 0, every Temporal activity)
+#: seeks both ids in the call index: call ids repeat across runs ("c1" in every
+#: workflow), so a call_id index alone made it scan every run's "c1". Files made before
+#: it hold ``events_call_id (call_id)``; the first writer to open one replaces it
+#: (``_MIGRATIONS``); read-only opens read such a file through the old index.
+_CALL_INDEX = "CREATE INDEX IF NOT EXISTS events_call_run ON events (call_id, run_id)"
+_MIGRATIONS = (_CALL_INDEX, "DROP INDEX IF EXISTS events_call_id")
+
 _SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE events ("
@@ -40,7 +48,7 @@ _SCHEMA = (
     " prev TEXT NOT NULL,"
     " hash TEXT NOT NULL)",
     "CREATE INDEX events_run_id ON events (run_id)",
-    "CREATE INDEX events_call_id ON events (call_id)",
+    _CALL_INDEX,
 )
 
 # Primary result codes (the low byte of an extended code).
