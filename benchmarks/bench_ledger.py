@@ -554,6 +554,97 @@ async def bench_replay(tmp: Path, quick: bool, rounds: int) -> str:
     )
 
 
+CALLS_PER_RUN = 30
+
+
+async def bench_call_reads(tmp: Path, quick: bool, rounds: int) -> str:
+    """``read(run_id=, call_id=)``, a repeated call's step 0 and every Temporal activity's
+    first read, on a ledger whose call ids repeat across runs (c0-c29 in every run, as a
+    workflow numbers its calls): through the (call_id, run_id) index beside a file from
+    before it (the call_id index alone: BASE) and raw sqlite3 through the new index."""
+    runs = 130 if quick else 1_300
+    events: list[Event] = []
+    for run in range(runs):
+        for call in range(CALLS_PER_RUN):
+            ids: dict[str, Any] = {"ts": 1.0, "run_id": f"run-{run}", "call_id": f"c{call}"}
+            events += [
+                CallRequested(tool="lookup", args={"q": call}, **ids),
+                CallValidated(tool="lookup", digest=f"{call:064x}", **ids),
+                CallSucceeded(tool="lookup", duration_ms=1.0, result="ok", **ids),
+            ]
+    new, old = tmp / "calls.db", tmp / "calls-before.db"
+    for path in (new, old):
+        async with SQLiteLedger(path, synchronous="NORMAL") as ledger:
+            for start in range(0, len(events), 5_000):
+                # The same objects in both files: an append re-chains what it is given.
+                await ledger.append_many(events[start : start + 5_000])
+    conn = sqlite3.connect(old, isolation_level=None)
+    conn.execute("CREATE INDEX events_call_id ON events (call_id)")
+    conn.execute("DROP INDEX events_call_run")
+    conn.close()
+    reads = 50 if quick else 200
+    wanted = [(f"run-{(i * 37) % runs}", f"c{(i * 7) % CALLS_PER_RUN}") for i in range(reads)]
+
+    def through(ledger: SQLiteLedger) -> Callable[[], Awaitable[float]]:
+        async def block() -> float:
+            t0 = time.perf_counter()
+            for run_id, call_id in wanted:
+                got = [e async for e in ledger.read(run_id=run_id, call_id=call_id)]
+                assert len(got) == 3 and got[0].call_id == call_id
+            return time.perf_counter() - t0
+
+        return block
+
+    raw_conn = sqlite3.connect(new)
+
+    async def raw() -> float:
+        t0 = time.perf_counter()
+        for run_id, call_id in wanted:
+            rows = raw_conn.execute(
+                "SELECT seq, prev, hash, payload FROM events WHERE seq > ? AND run_id = ? "
+                "AND call_id = ? ORDER BY seq LIMIT 500",
+                (0, run_id, call_id),
+            ).fetchall()
+            for seq, prev, hash_, payload in rows:
+                e = decode_event(payload)
+                e.seq, e.prev, e.hash = seq, prev, hash_
+            assert len(rows) == 3
+        return time.perf_counter() - t0
+
+    async with (
+        SQLiteLedger(new, readonly=True) as ours,
+        SQLiteLedger(old, readonly=True) as before,
+    ):
+        variants: dict[str, tuple[int, Callable[[], Awaitable[float]]]] = {
+            "a file from before: the call_id index alone (BASE)": (reads, through(before)),
+            "ours: the (call_id, run_id) index": (reads, through(ours)),
+            "raw sqlite3 SELECT + decode_event, the same index, one thread": (reads, raw),
+        }
+        await rounds_of(variants, 1)
+        samples = await rounds_of(variants, rounds)
+    raw_conn.close()
+    base = samples[next(iter(variants))]
+    rows = []
+    for name in variants:
+        med, spread = summarize(samples[name])
+        rows.append(
+            [
+                name,
+                f"{med:,.0f}",
+                fmt_pct(spread),
+                f"{1e6 / med:,.0f}",
+                f"{paired_ratio(samples[name], base):.2f}",
+            ]
+        )
+    table = markdown_table(
+        ["variant", "reads/s (median)", "spread", "µs/read", "ratio (x BASE)"], rows
+    )
+    return (
+        f"## Reads of one call of one run: {len(events):,} events, {runs:,} runs of "
+        f"{CALLS_PER_RUN} calls whose ids repeat in every run\n\n" + table + "\n"
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ledger-", dir=args.dir) as name:
         tmp = Path(name)
@@ -562,6 +653,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"- rounds: {args.rounds}{' (quick)' if args.quick else ''}\n")
         print(await bench_appends(tmp, args.quick, args.rounds))
         print(await bench_replay(tmp, args.quick, args.rounds))
+        print(await bench_call_reads(tmp, args.quick, args.rounds))
         if not args.no_postgres:
             from _bench_postgres import bench_postgres
 
