@@ -682,6 +682,10 @@ async def test_a_file_from_before_the_call_index_with_a_corrupt_page_still_opens
     assert [m.split(" (")[0] for m in caplog.messages] == [
         f"ledger {path}: its call index could not be brought up to date"
     ]
+    assert caplog.messages[0].endswith(
+        "it was left as it was, and reads by run and call are slower: see agent-adapter "
+        "ledger verify --deep"
+    )
     names = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert {"events_call_id", "events_run_id"} <= names
     assert "events_call_run" not in names
@@ -790,14 +794,13 @@ async def test_a_damaged_run_index_is_found_by_deep_verify_and_never_mixes_runs(
 
 
 async def test_a_damaged_call_index_never_answers_for_another_call(tmp_path: Path) -> None:
-    """The call index entry of run-b's c3 says c4: a read by call c4 returns c4's event
-    only, and a read of run-b's c4, which the entry now names exactly, returns nothing."""
+    """The call index entry of c3 says c4: a read by call c4 returns c4's event only
+    (the read by run and call is the next test's)."""
     path = tmp_path / "l.db"
     events = await fill_runs(path)
     change_index_entry(path, "events_call_run", b"c3", b"c4")
     async with SQLiteLedger(path, readonly=True) as ledger:
         assert await read_all(ledger, call_id="c4") == [events[4]]
-        assert await read_all(ledger, run_id="run-b", call_id="c4") == []
         deep = await ledger.verify(deep=True)
     assert (deep.ok, deep.first_bad_seq) == (False, 4)
 

@@ -15,6 +15,7 @@ from agent_adapter.ledger import (
     Problem,
     SQLiteLedger,
     Verification,
+    _sqlite,
     replay,
 )
 from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
@@ -181,6 +182,32 @@ async def test_reads_span_pages(tmp_path: Path) -> None:
         assert await read_all(ledger) == events
         assert await read_all(ledger, run_id="r1") == events[1::2]
         assert await read_all(ledger, after=n - 3) == events[-3:]
+
+
+@pytest.mark.parametrize("page", [4, 5, _READ_PAGE])
+async def test_a_read_by_call_alone_spans_runs_and_pages_in_seq_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    """A call id in every run (a workflow's c1), read without a run: every one of its
+    events, in seq order, across pages and past the seqs the read holds at a time (the
+    call index lists them run by run, so the runs are named to sort against seq), and
+    what was appended while the read was under way."""
+    monkeypatch.setattr(_sqlite, "_READ_PAGE", page)
+    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", 2 * page)
+    path = tmp_path / "l.db"
+    n = 4 * page + 3
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many(
+            [requested(f"c{i % 2}", run_id=f"run-{n - i:05d}") for i in range(2 * n)]
+        )
+        ones = events[1::2]
+        assert await read_all(ledger, call_id="c1") == ones
+        assert await read_all(ledger, call_id="c1", after=ones[2].seq) == ones[3:]
+        reader = ledger.read(call_id="c1")
+        seen = [await anext(reader)]
+        late = await ledger.append(requested("c1", run_id="run-00000"))
+        seen += [event async for event in reader]
+    assert seen == [*ones, late]
 
 
 async def test_stopping_a_read_early_leaves_the_ledger_usable(tmp_path: Path) -> None:

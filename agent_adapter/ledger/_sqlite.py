@@ -21,7 +21,9 @@ creating -wal/-shm files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import heapq
 import logging
 import os
 import sqlite3
@@ -35,12 +37,15 @@ from ._events import Event, decode_event
 from ._follow import Follow
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
+    _CORRUPT,
     _FORMAT,
     _MIGRATIONS,
+    _NOTADB,
     _SCHEMA,
     SCHEMA_VERSION,
     _inspect,
     _is_busy,
+    _primary_code,
     _probe,
     _translate,
 )
@@ -58,6 +63,10 @@ from ._staging import GroupCommit
 __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 
 _READ_PAGE = 2048
+# A call's seqs from the call index alone (covering: no row is read), in index order;
+# a read by call id alone holds the lowest _CALL_SEQS_HELD of them at a time.
+_CALL_SEQS = "SELECT seq FROM events WHERE call_id = ? AND seq > ?"
+_CALL_SEQS_HELD = 64 * _READ_PAGE
 _log = logging.getLogger("agent_adapter.ledger")
 
 
@@ -293,13 +302,20 @@ class SQLiteLedger(GroupCommit):
                 conn.execute("ROLLBACK")
             if _is_busy(exc):
                 raise
+            damaged = _primary_code(exc) in (_CORRUPT, _NOTADB)
             _log.warning(
                 "ledger %s: its call index could not be brought up to date (%s); it was "
-                "left as it was (reads by run and call are slower): see agent-adapter "
-                "ledger verify --deep",
+                "left as it was, and reads by run and call are slower%s",
                 self.path,
                 exc,
+                ": see agent-adapter ledger verify --deep" if damaged else "",
             )
+            return
+        # The build went through the WAL (about the new index's size): give the space
+        # back now rather than when the last connection closes. Best effort: a reader
+        # of another process may hold it.
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -369,12 +385,43 @@ class SQLiteLedger(GroupCommit):
         first_sql = f"SELECT seq FROM events WHERE {where} ORDER BY seq LIMIT 1"
         path, wait_s = self.path, self._busy_timeout_s
         filtered = run_id is not None or call_id is not None
+        # By call id alone the index (call_id, run_id) holds the call's seqs in run order,
+        # so a page "ORDER BY seq LIMIT" would sort all of them again for every page. The
+        # lowest seqs (up to _CALL_SEQS_HELD) are taken from the index at once and read a
+        # page at a time; then the next ones past them, and what was committed meanwhile.
+        by_call = call_id is not None and run_id is None
+        pending: list[int] = []
+
+        def page(start: int, conn: sqlite3.Connection) -> tuple[list[Any], int]:
+            # The rows of the page after ``start``, and the seq the next page starts
+            # after (0: none follows).
+            if not by_call:
+                rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
+                if len(rows) < _READ_PAGE:
+                    return rows, 0
+                # Strictly forward, whatever order a damaged index gave the rows in.
+                after = max(start, max(row[0] for row in rows))
+                return rows, after if after > start else 0
+            if not pending:
+                seqs = (row[0] for row in conn.execute(_CALL_SEQS, (call_id, start)))
+                pending.extend(heapq.nsmallest(_CALL_SEQS_HELD, seqs))
+            chunk = pending[:_READ_PAGE]
+            del pending[:_READ_PAGE]
+            if not chunk:
+                return [], 0
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT seq, prev, hash, payload FROM events WHERE seq IN ({marks}) ORDER BY seq",
+                chunk,
+            ).fetchall()
+            more = pending or len(chunk) == _READ_PAGE
+            return rows, chunk[-1] if more else 0
 
         def fetch(start: int, conn: sqlite3.Connection) -> tuple[list[Event], int]:
             # Runs in the reader thread: the rows are decoded there, off the event loop.
             # Returns the page's events and where the next page starts (0: no next page).
             try:
-                rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
+                rows, following = page(start, conn)
             except sqlite3.Error as exc:
                 if unreadable_row(exc):
                     raise _unreadable(conn, (sql, first_sql), start, params, path, exc) from exc
@@ -422,11 +469,7 @@ class SQLiteLedger(GroupCommit):
                     call_id,
                     foreign,
                 )
-            if len(rows) < _READ_PAGE:
-                return events, 0
-            # Strictly forward, whatever order a damaged index gave the rows in.
-            after = max(start, max(row[0] for row in rows))
-            return events, after if after > start else 0
+            return events, following
 
         def submit(start: int) -> asyncio.Future[tuple[list[Event], int]]:
             return reader.submit(functools.partial(fetch, start))
