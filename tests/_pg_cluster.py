@@ -7,6 +7,12 @@ user (initdb refuses root). ``stop()`` runs ``pg_ctl stop -m immediate`` and rem
 directory. ``binaries()`` finds the binaries (``$PG_BIN``, ``pg_config --bindir``,
 ``/usr/lib/postgresql/*/bin``), or None (``$PG_BIN``, when set, is the
 only one looked at).
+
+pg_ctl leaves the server running on its own: a test run killed with SIGKILL (a CI
+timeout) never reaches ``stop()``. So each cluster has a watchdog, a small process in a
+session of its own that holds the read end of a pipe whose write end only the starting
+process has: when that process ends, however it ends, the watchdog reads EOF, stops the
+server and removes the directory.
 """
 
 from __future__ import annotations
@@ -17,10 +23,24 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 __all__ = ["Cluster", "binaries"]
+
+# Run by the watchdog: argv = [root, the pg_ctl stop command...]. EOF on stdin means the
+# process that started the cluster is gone (or stop() is done with the server).
+_PREFIX = "agent-adapter-pg-"
+_WATCHDOG = f"""
+import os, shutil, subprocess, sys
+sys.stdin.buffer.read()
+root, command = sys.argv[1], sys.argv[2:]
+if os.path.basename(root).startswith({_PREFIX!r}):  # only ever a cluster's own directory
+    if os.path.exists(os.path.join(root, "data", "postmaster.pid")):
+        subprocess.run(command, capture_output=True, timeout=120)
+    shutil.rmtree(root, ignore_errors=True)
+"""
 
 #: The superuser initdb creates, and its password (asked over TCP, on loopback only).
 SUPERUSER = "aa"
@@ -68,23 +88,40 @@ class Cluster:
         self.port = port
         self.data = root / "data"
         self.log = root / "server.log"
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def dsn(self) -> str:
         """The loopback DSN of the cluster's ``postgres`` database."""
         return f"postgresql://{SUPERUSER}:{PASSWORD}@127.0.0.1:{self.port}/postgres"
 
-    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def _command(self, *args: str) -> list[str]:
         command = [str(a) for a in args]
         if os.geteuid() == 0:
             # initdb refuses to run as root; the server must not run as root either.
             command = ["runuser", "-u", "postgres", "--", *command]
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        return command
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self._command(*args), capture_output=True, text=True, timeout=timeout)
+
+    def _watch(self) -> None:
+        """Start the watchdog that stops the server once this process is gone."""
+        stop = self._command(
+            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"
+        )
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(self.root), *stop],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a kill of this process group leaves it running
+        )
 
     @classmethod
     def start(cls, bindir: Path, *, extra: tuple[str, ...] = ()) -> Cluster:
         """initdb and start a cluster on a free loopback port; RuntimeError if it fails."""
-        root = Path(tempfile.mkdtemp(prefix="agent-adapter-pg-"))
+        root = Path(tempfile.mkdtemp(prefix=_PREFIX))
         user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
         if user is not None:
             os.chown(root, user.pw_uid, user.pw_gid)
@@ -139,6 +176,7 @@ class Cluster:
                 "start",
             )
             if done.returncode == 0:
+                cluster._watch()
                 return cluster
             last = done.stderr.strip() or done.stdout.strip()
             if cluster.log.exists():
@@ -151,6 +189,11 @@ class Cluster:
         if self.data.exists():
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            assert watchdog.stdin is not None
+            watchdog.stdin.close()  # EOF: it finds nothing left to stop, and ends
+            watchdog.wait(timeout=120)
 
     def restart(self) -> None:
         """Stop and start the server on the same port (a database that went away)."""
