@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from agent_adapter.ledger import (
 )
 from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
 from agent_adapter.ledger._sqlite_mark import _encode, mark_path
+from agent_adapter.ledger._sqlite_threads import _ReadOnlyReader
 
 KEY = b"k" * 32
 # The reason of a keyed chain none of whose hashes verifies under the key given.
@@ -208,6 +210,66 @@ async def test_a_read_by_call_alone_spans_runs_and_pages_in_seq_order(
         late = await ledger.append(requested("c1", run_id="run-00000"))
         seen += [event async for event in reader]
     assert seen == [*ones, late]
+
+
+async def test_a_read_by_call_alone_gives_a_page_the_reader_runs_again_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only reader runs a page again when the file changed under it (a writer
+    arrived): run twice, each page gives the same events, and none is skipped."""
+    monkeypatch.setattr(_sqlite, "_READ_PAGE", 4)
+    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", 8)
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many(
+            [requested(f"c{i % 2}", run_id=f"run-{99 - i:02d}") for i in range(40)]
+        )
+    once = _ReadOnlyReader.call
+
+    def twice(self: _ReadOnlyReader, fn: Callable[[sqlite3.Connection], object]) -> object:
+        once(self, fn)
+        return once(self, fn)
+
+    monkeypatch.setattr(_ReadOnlyReader, "call", twice)
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        assert await read_all(ledger, call_id="c1") == events[1::2]
+
+
+@pytest.mark.parametrize(("page", "held", "n"), [(4, 8, 7), (4, 6, 9), (3, 4, 10)])
+async def test_a_read_by_call_alone_includes_what_was_committed_during_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int, held: int, n: int
+) -> None:
+    """An event of the call committed after the read's first page is read, whether the
+    seqs held ran out on a short page or not."""
+    monkeypatch.setattr(_sqlite, "_READ_PAGE", page)
+    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", held)
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many([requested("c1", run_id=f"run-{i}") for i in range(n)])
+        reader = ledger.read(call_id="c1")
+        seen = [await anext(reader)]
+        late = await ledger.append(requested("c1", run_id="run-late"))
+        seen += [event async for event in reader]
+    assert seen == [*events, late]
+
+
+async def test_a_read_by_call_alone_keeps_to_the_variables_sqlite_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.32 allows 999 variables in a statement: pages of a read by call
+    id alone never bind more than the connection allows."""
+    path = tmp_path / "l.db"
+    connect = SQLiteLedger._connect_reader
+
+    def limited(self: SQLiteLedger) -> sqlite3.Connection:
+        conn = connect(self)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        return conn
+
+    monkeypatch.setattr(SQLiteLedger, "_connect_reader", limited)
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many([requested("c1", run_id=f"r{i}") for i in range(1500)])
+        assert await read_all(ledger, call_id="c1") == events
 
 
 async def test_stopping_a_read_early_leaves_the_ledger_usable(tmp_path: Path) -> None:

@@ -312,10 +312,14 @@ class SQLiteLedger(GroupCommit):
             )
             return
         # The build went through the WAL (about the new index's size): give the space
-        # back now rather than when the last connection closes. Best effort: a reader
-        # of another process may hold it.
+        # back now rather than when the last connection closes. Best effort, without
+        # waiting: a reader of another process may hold it, and other writers wait.
         with contextlib.suppress(sqlite3.Error):
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -389,39 +393,48 @@ class SQLiteLedger(GroupCommit):
         # so a page "ORDER BY seq LIMIT" would sort all of them again for every page. The
         # lowest seqs (up to _CALL_SEQS_HELD) are taken from the index at once and read a
         # page at a time; then the next ones past them, and what was committed meanwhile.
+        # ``held`` is passed in and handed back, never changed in place: the reader may
+        # run a page twice (a read-only snapshot that changed under it).
         by_call = call_id is not None and run_id is None
-        pending: list[int] = []
 
-        def page(start: int, conn: sqlite3.Connection) -> tuple[list[Any], int]:
-            # The rows of the page after ``start``, and the seq the next page starts
-            # after (0: none follows).
+        def page(
+            start: int, held: tuple[int, ...], conn: sqlite3.Connection
+        ) -> tuple[list[Any], int, tuple[int, ...]]:
+            # The rows of the page after ``start``, the seq the next page starts after
+            # (0: none follows) and the seqs still held for it.
             if not by_call:
                 rows = conn.execute(sql, (start, *params, _READ_PAGE)).fetchall()
                 if len(rows) < _READ_PAGE:
-                    return rows, 0
+                    return rows, 0, ()
                 # Strictly forward, whatever order a damaged index gave the rows in.
                 after = max(start, max(row[0] for row in rows))
-                return rows, after if after > start else 0
-            if not pending:
+                return rows, after if after > start else 0, ()
+            fresh = not held
+            if fresh:
                 seqs = (row[0] for row in conn.execute(_CALL_SEQS, (call_id, start)))
-                pending.extend(heapq.nsmallest(_CALL_SEQS_HELD, seqs))
-            chunk = pending[:_READ_PAGE]
-            del pending[:_READ_PAGE]
+                held = tuple(heapq.nsmallest(_CALL_SEQS_HELD, seqs))
+            # SQLite before 3.32 allows 999 variables in a statement.
+            size = min(_READ_PAGE, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+            chunk, rest = held[:size], held[size:]
             if not chunk:
-                return [], 0
+                return [], 0, ()
             marks = ",".join("?" * len(chunk))
             rows = conn.execute(
                 f"SELECT seq, prev, hash, payload FROM events WHERE seq IN ({marks}) ORDER BY seq",
                 chunk,
             ).fetchall()
-            more = pending or len(chunk) == _READ_PAGE
-            return rows, chunk[-1] if more else 0
+            if fresh and not rest and len(chunk) < size:
+                return rows, 0, ()  # all the index had past ``start``: a short page ends it
+            return rows, chunk[-1], rest
 
-        def fetch(start: int, conn: sqlite3.Connection) -> tuple[list[Event], int]:
+        def fetch(
+            start: int, held: tuple[int, ...], conn: sqlite3.Connection
+        ) -> tuple[list[Event], int, tuple[int, ...]]:
             # Runs in the reader thread: the rows are decoded there, off the event loop.
-            # Returns the page's events and where the next page starts (0: no next page).
+            # Returns the page's events, where the next page starts (0: no next page) and
+            # the seqs held for it.
             try:
-                rows, following = page(start, conn)
+                rows, following, held = page(start, held, conn)
             except sqlite3.Error as exc:
                 if unreadable_row(exc):
                     raise _unreadable(conn, (sql, first_sql), start, params, path, exc) from exc
@@ -469,17 +482,19 @@ class SQLiteLedger(GroupCommit):
                     call_id,
                     foreign,
                 )
-            return events, following
+            return events, following, held
 
-        def submit(start: int) -> asyncio.Future[tuple[list[Event], int]]:
-            return reader.submit(functools.partial(fetch, start))
+        Page = tuple[list[Event], int, tuple[int, ...]]
 
-        future: asyncio.Future[tuple[list[Event], int]] | None = submit(after)
+        def submit(start: int, held: tuple[int, ...]) -> asyncio.Future[Page]:
+            return reader.submit(functools.partial(fetch, start, held))
+
+        future: asyncio.Future[Page] | None = submit(after, ())
         try:
             while future is not None:
-                events, following = await future
+                events, following, held = await future
                 # Fetch the next page while the caller consumes this one.
-                future = submit(following) if following else None
+                future = submit(following, held) if following else None
                 for event in events:
                     yield event
         finally:
