@@ -617,12 +617,9 @@ async def test_any_changed_byte_of_a_record_is_named_never_a_type_error(tmp_path
     assert outcomes["verify: not ok"] > outcomes.get("verify: LedgerError", 0)
 
 
-async def test_a_corrupt_page_is_named_at_its_first_seq(tmp_path: Path) -> None:
-    """A leaf page of the events table whose header was overwritten (SQLite: "malformed"):
-    verify() names the first seq on it, and read() refuses with a LedgerError naming the
-    last seq before it (the seq itself is on the page), instead of failing without one."""
-    path = tmp_path / "l.db"
-    await fill(path, 300)
+def corrupt_a_middle_page(path: Path) -> int:
+    """Overwrite the header of the events table's middle leaf page (SQLite: "malformed");
+    returns the first seq on it."""
     data = bytearray(path.read_bytes())
     meta_root, page_size = root_page(path, "meta")
     leaves = [
@@ -635,6 +632,16 @@ async def test_a_corrupt_page_is_named_at_its_first_seq(tmp_path: Path) -> None:
     first, _ = varint(data, at)  # its rowid: the page's first seq
     data[(page - 1) * page_size + 1 : (page - 1) * page_size + 8] = b"\xff" * 7
     path.write_bytes(data)
+    return first
+
+
+async def test_a_corrupt_page_is_named_at_its_first_seq(tmp_path: Path) -> None:
+    """A leaf page of the events table whose header was overwritten (SQLite: "malformed"):
+    verify() names the first seq on it, and read() refuses with a LedgerError naming the
+    last seq before it (the seq itself is on the page), instead of failing without one."""
+    path = tmp_path / "l.db"
+    await fill(path, 300)
+    first = corrupt_a_middle_page(path)
     async with SQLiteLedger(path, readonly=True) as ledger:
         verification = await ledger.verify()
         with pytest.raises(LedgerError) as caught:
@@ -661,18 +668,7 @@ async def test_a_file_from_before_the_call_index_with_a_corrupt_page_still_opens
     conn.execute("CREATE INDEX events_call_id ON events (call_id)")
     conn.execute("DROP INDEX events_call_run")
     conn.close()
-    data = bytearray(path.read_bytes())
-    meta_root, page_size = root_page(path, "meta")
-    leaves = [
-        page
-        for page in range(2, len(data) // page_size + 1)
-        if data[(page - 1) * page_size] == 0x0D and page != meta_root
-    ]
-    page = leaves[len(leaves) // 2]
-    _, at = varint(data, leaf_cells(data, page, page_size)[0])
-    first, _ = varint(data, at)
-    data[(page - 1) * page_size + 1 : (page - 1) * page_size + 8] = b"\xff" * 7
-    path.write_bytes(data)
+    first = corrupt_a_middle_page(path)
     with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
         async with SQLiteLedger(path) as ledger:
             [appended] = await ledger.append_many([requested("c300")])
