@@ -9,10 +9,9 @@ directory. ``binaries()`` finds the binaries (``$PG_BIN``, ``pg_config --bindir`
 only one looked at).
 
 pg_ctl leaves the server running on its own: a test run killed with SIGKILL (a CI
-timeout) never reaches ``stop()``. So each cluster has a watchdog, a small process in a
-session of its own that holds the read end of a pipe whose write end only the starting
-process has: when that process ends, however it ends, the watchdog reads EOF, stops the
-server and removes the directory.
+timeout) never reaches ``stop()``. So each cluster has a ``_watchdog.Watchdog``: when the
+process that started it ends, however it ends, the server is stopped and the directory
+removed.
 """
 
 from __future__ import annotations
@@ -23,24 +22,14 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from _watchdog import Watchdog
+
 __all__ = ["Cluster", "binaries"]
 
-# Run by the watchdog: argv = [root, the pg_ctl stop command...]. EOF on stdin means the
-# process that started the cluster is gone (or stop() is done with the server).
 _PREFIX = "agent-adapter-pg-"
-_WATCHDOG = f"""
-import os, shutil, subprocess, sys
-sys.stdin.buffer.read()
-root, command = sys.argv[1], sys.argv[2:]
-if os.path.basename(root).startswith({_PREFIX!r}):  # only ever a cluster's own directory
-    if os.path.exists(os.path.join(root, "data", "postmaster.pid")):
-        subprocess.run(command, capture_output=True, timeout=120)
-    shutil.rmtree(root, ignore_errors=True)
-"""
 
 #: The superuser initdb creates, and its password (asked over TCP, on loopback only).
 SUPERUSER = "aa"
@@ -88,7 +77,7 @@ class Cluster:
         self.port = port
         self.data = root / "data"
         self.log = root / "server.log"
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog: Watchdog | None = None
 
     @property
     def dsn(self) -> str:
@@ -105,17 +94,14 @@ class Cluster:
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self._command(*args), capture_output=True, text=True, timeout=timeout)
 
-    def _watch(self) -> None:
-        """Start the watchdog that stops the server once this process is gone."""
+    def _watch(self) -> Watchdog:
+        """A watchdog that stops the server (if one runs) and removes the directory once
+        this process is gone."""
         stop = self._command(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"
         )
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(self.root), *stop],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a kill of this process group leaves it running
+        return Watchdog(
+            command=stop, needs=self.data / "postmaster.pid", remove=self.root, prefix=_PREFIX
         )
 
     @classmethod
@@ -126,6 +112,20 @@ class Cluster:
         if user is not None:
             os.chown(root, user.pw_uid, user.pw_gid)
         root.chmod(0o700)
+        # Watched from before initdb: a kill while the server starts leaves nothing either.
+        watchdog = cls(bindir, root, 0)._watch()
+        try:
+            return cls._start(bindir, root, watchdog, extra)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            watchdog.close()
+            raise
+
+    @classmethod
+    def _start(
+        cls, bindir: Path, root: Path, watchdog: Watchdog, extra: tuple[str, ...]
+    ) -> Cluster:
+        user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
         last = ""
         for _ in range(5):  # a port taken between the probe and the bind: another one
             cluster = cls(bindir, root, _free_port())
@@ -150,7 +150,6 @@ class Cluster:
                     "--no-sync",
                 )
                 if done.returncode != 0:
-                    shutil.rmtree(root, ignore_errors=True)
                     raise RuntimeError(f"initdb failed: {done.stderr.strip() or done.stdout}")
             options = " ".join(
                 (
@@ -176,12 +175,11 @@ class Cluster:
                 "start",
             )
             if done.returncode == 0:
-                cluster._watch()
+                cluster._watchdog = watchdog
                 return cluster
             last = done.stderr.strip() or done.stdout.strip()
             if cluster.log.exists():
                 last += " " + cluster.log.read_text()[-2000:]
-        shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"pg_ctl start failed: {last}")
 
     def stop(self) -> None:
@@ -191,9 +189,7 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None:
-            assert watchdog.stdin is not None
-            watchdog.stdin.close()  # EOF: it finds nothing left to stop, and ends
-            watchdog.wait(timeout=120)
+            watchdog.close()  # it finds nothing left to stop, and ends
 
     def restart(self) -> None:
         """Stop and start the server on the same port (a database that went away)."""

