@@ -186,6 +186,22 @@ async def test_reads_span_pages(tmp_path: Path) -> None:
         assert await read_all(ledger, after=n - 3) == events[-3:]
 
 
+def hold_call_seqs(monkeypatch: pytest.MonkeyPatch, page: int, held: int) -> None:
+    """Pages of ``page`` events, and ``held`` seqs held at a time, for reads by call id."""
+    monkeypatch.setattr(_sqlite, "_READ_PAGE", page)
+    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", held)
+
+
+async def read_with_a_late_append(ledger: SQLiteLedger, run_id: str) -> tuple[list[Event], Event]:
+    """A read of call c1 during which, after its first event, another c1 is appended:
+    what the read gave, and the late event."""
+    reader = ledger.read(call_id="c1")
+    seen = [await anext(reader)]
+    late = await ledger.append(requested("c1", run_id=run_id))
+    seen += [event async for event in reader]
+    return seen, late
+
+
 @pytest.mark.parametrize("page", [4, 5, _READ_PAGE])
 async def test_a_read_by_call_alone_spans_runs_and_pages_in_seq_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int
@@ -194,8 +210,7 @@ async def test_a_read_by_call_alone_spans_runs_and_pages_in_seq_order(
     events, in seq order, across pages and past the seqs the read holds at a time (the
     call index lists them run by run, so the runs are named to sort against seq), and
     what was appended while the read was under way."""
-    monkeypatch.setattr(_sqlite, "_READ_PAGE", page)
-    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", 2 * page)
+    hold_call_seqs(monkeypatch, page, 2 * page)
     path = tmp_path / "l.db"
     n = 4 * page + 3
     async with SQLiteLedger(path) as ledger:
@@ -205,10 +220,7 @@ async def test_a_read_by_call_alone_spans_runs_and_pages_in_seq_order(
         ones = events[1::2]
         assert await read_all(ledger, call_id="c1") == ones
         assert await read_all(ledger, call_id="c1", after=ones[2].seq) == ones[3:]
-        reader = ledger.read(call_id="c1")
-        seen = [await anext(reader)]
-        late = await ledger.append(requested("c1", run_id="run-00000"))
-        seen += [event async for event in reader]
+        seen, late = await read_with_a_late_append(ledger, "run-00000")
     assert seen == [*ones, late]
 
 
@@ -217,8 +229,7 @@ async def test_a_read_by_call_alone_gives_a_page_the_reader_runs_again_in_full(
 ) -> None:
     """A read-only reader runs a page again when the file changed under it (a writer
     arrived): run twice, each page gives the same events, and none is skipped."""
-    monkeypatch.setattr(_sqlite, "_READ_PAGE", 4)
-    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", 8)
+    hold_call_seqs(monkeypatch, 4, 8)
     path = tmp_path / "l.db"
     async with SQLiteLedger(path) as ledger:
         events = await ledger.append_many(
@@ -241,15 +252,11 @@ async def test_a_read_by_call_alone_includes_what_was_committed_during_it(
 ) -> None:
     """An event of the call committed after the read's first page is read, whether the
     seqs held ran out on a short page or not."""
-    monkeypatch.setattr(_sqlite, "_READ_PAGE", page)
-    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", held)
+    hold_call_seqs(monkeypatch, page, held)
     path = tmp_path / "l.db"
     async with SQLiteLedger(path) as ledger:
         events = await ledger.append_many([requested("c1", run_id=f"run-{i}") for i in range(n)])
-        reader = ledger.read(call_id="c1")
-        seen = [await anext(reader)]
-        late = await ledger.append(requested("c1", run_id="run-late"))
-        seen += [event async for event in reader]
+        seen, late = await read_with_a_late_append(ledger, "run-late")
     assert seen == [*events, late]
 
 
