@@ -29,6 +29,7 @@ from agent_adapter.ledger import (
     MemoryLedger,
     SQLiteLedger,
     Verification,
+    _sqlite,
 )
 
 KEY = b"k" * 32
@@ -821,6 +822,29 @@ async def test_a_damaged_call_index_never_answers_for_another_run(
     ]
     assert (deep.ok, deep.first_bad_seq) == (False, 2)
     assert "missing from index events_call_run" in deep.reason
+
+
+async def test_a_call_index_entry_past_the_end_never_hides_what_is_committed_during_a_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call index entry whose seq was changed to one past the end (3 -> 100): a read
+    by call id alone loses seq 3, as any read through that index does, but the phantom
+    never moves the read past what is committed while it runs."""
+    monkeypatch.setattr(_sqlite, "_READ_PAGE", 2)
+    monkeypatch.setattr(_sqlite, "_CALL_SEQS_HELD", 4)
+    path = tmp_path / "l.db"
+    async with SQLiteLedger(path) as ledger:
+        events = await ledger.append_many([requested("c1", run_id=f"r{i}") for i in range(11)])
+    change_index_entry(path, "events_call_run", b"\x03", b"\x64", column=2)
+    async with SQLiteLedger(path) as ledger:
+        seen: list[Event] = []
+        async for event in ledger.read(call_id="c1"):
+            seen.append(event)
+            if event.seq == 9:  # the seqs held from here on are 10, 11 and the phantom
+                late = await ledger.append_many(
+                    [requested("c1", run_id=f"late{i}") for i in range(3)]
+                )
+    assert seen == [e for e in events if e.seq != 3] + late
 
 
 def test_ledger_verify_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

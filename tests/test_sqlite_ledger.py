@@ -135,6 +135,20 @@ async def test_a_file_from_before_the_call_run_index_gets_it_from_its_first_writ
         assert await ledger.verify(deep=True) == Verification(ok=True, checked=9)
 
 
+async def test_a_file_from_before_the_call_run_index_opens_with_any_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """The migration restores the connection's busy timeout as it was, whatever it was
+    made from (an infinite one too)."""
+    path = tmp_path / "l.db"
+    await fill(path, 3)
+    query(path, "CREATE INDEX events_call_id ON events (call_id)")
+    query(path, "DROP INDEX events_call_run")
+    async with SQLiteLedger(path, busy_timeout_s=float("inf")) as ledger:
+        assert len(await read_all(ledger, call_id="c1")) == 1
+    assert index_names(path) == {"sqlite_autoindex_meta_1", "events_run_id", "events_call_run"}
+
+
 async def test_columns_mirror_the_event_and_payload_is_the_encoding(tmp_path: Path) -> None:
     """Each row's columns are the event's ids, type, ts and chain fields."""
     path = tmp_path / "l.db"

@@ -65,7 +65,11 @@ __all__ = ["SCHEMA_VERSION", "SQLiteLedger"]
 _READ_PAGE = 2048
 # A call's seqs from the call index alone (covering: no row is read), in index order;
 # a read by call id alone holds the lowest _CALL_SEQS_HELD of them at a time.
-_CALL_SEQS = "SELECT seq FROM events WHERE call_id = ? AND seq > ?"
+# (Never past the table's last seq: an index entry naming a row that is not there, a
+# damaged index, would otherwise move the next page's start past what is committed.)
+_CALL_SEQS = (
+    "SELECT seq FROM events WHERE call_id = ? AND seq > ? AND seq <= (SELECT max(seq) FROM events)"
+)
 _CALL_SEQS_HELD = 64 * _READ_PAGE
 _log = logging.getLogger("agent_adapter.ledger")
 
@@ -315,11 +319,12 @@ class SQLiteLedger(GroupCommit):
         # back now rather than when the last connection closes. Best effort, without
         # waiting: a reader of another process may hold it, and other writers wait.
         with contextlib.suppress(sqlite3.Error):
+            wait_ms = conn.execute("PRAGMA busy_timeout").fetchone()[0]
             conn.execute("PRAGMA busy_timeout=0")
             try:
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             finally:
-                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+                conn.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
 
     def _connect_reader(self) -> sqlite3.Connection:
         conn = self._connect()
@@ -423,7 +428,7 @@ class SQLiteLedger(GroupCommit):
                 f"SELECT seq, prev, hash, payload FROM events WHERE seq IN ({marks}) ORDER BY seq",
                 chunk,
             ).fetchall()
-            if fresh and not rest and len(chunk) < size:
+            if fresh and not rest and len(chunk) < size and len(held) < _CALL_SEQS_HELD:
                 return rows, 0, ()  # all the index had past ``start``: a short page ends it
             return rows, chunk[-1], rest
 
