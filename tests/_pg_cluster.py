@@ -117,8 +117,10 @@ class Cluster:
         try:
             return cls._start(bindir, root, watchdog, extra)
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            # The watchdog first: pg_ctl may have given up on a server that goes on
+            # starting, and only the watchdog stops it (it needs the directory for that).
             watchdog.close()
+            shutil.rmtree(root, ignore_errors=True)
             raise
 
     @classmethod

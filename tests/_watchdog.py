@@ -22,24 +22,28 @@ from pathlib import Path
 __all__ = ["Watchdog", "children", "running", "start_time"]
 
 _SCRIPT = r"""
-import json, os, shutil, signal, subprocess, sys
+import json, os, shutil, signal, subprocess, sys, time
 sys.stdin.buffer.read()
 job = json.loads(sys.argv[1])
 for pid, start in job["kill"]:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            same = f.read().rsplit(")", 1)[1].split()[19] == start
-    except OSError:
-        same = False
-    if same:
-        os.kill(pid, signal.SIGKILL)
+            if f.read().rsplit(")", 1)[1].split()[19] == start:
+                os.kill(pid, signal.SIGKILL)
+    except OSError:  # gone already
+        pass
 try:
     if job["command"] and os.path.exists(job["needs"]):
         subprocess.run(job["command"], capture_output=True, timeout=120)
 finally:
     root = job["remove"]
     if root and os.path.basename(root).startswith(job["prefix"]):
-        shutil.rmtree(root, ignore_errors=True)
+        # A server that was still starting may write into it while it goes: try again.
+        for _ in range(50):
+            shutil.rmtree(root, ignore_errors=True)
+            if not os.path.exists(root):
+                break
+            time.sleep(0.1)
 """
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,3 +86,48 @@ def test_stop_stops_the_server_and_its_watchdog(bindir: Path) -> None:
     cluster.stop()
     assert not cluster.root.exists() and not running(pid)
     assert cluster._watchdog is None and not running(watchdog)
+
+
+def test_a_start_that_fails_after_the_server_came_up_stops_it(
+    bindir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pg_ctl may give up (its wait timed out) on a server that goes on starting: the
+    failed start stops that server too and removes the directory."""
+    made: list[Path] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded(**kwargs: str) -> str:
+        made.append(Path(mkdtemp(**kwargs)))
+        return str(made[-1])
+
+    run = Cluster._run
+
+    def gives_up(self: Cluster, *args: str, timeout: float = 120) -> object:
+        done = run(self, *args, timeout=timeout)
+        if args[-1] == "start":
+            done.returncode = 1  # as if its wait had timed out
+        return done
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    monkeypatch.setattr(Cluster, "_run", gives_up)
+    with pytest.raises(RuntimeError, match="pg_ctl start failed"):
+        Cluster.start(bindir)
+    [root] = made
+    left = servers_of(root)
+    for pid in left:  # what a failing run would leave behind
+        os.kill(pid, signal.SIGKILL)
+    assert left == [] and not root.exists()
+
+
+def servers_of(root: Path) -> list[int]:
+    """The live processes whose command line names ``root`` (a server of that cluster)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and running(int(entry.name)):
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"{root}/data".encode() in command:
+                found.append(int(entry.name))
+    return found

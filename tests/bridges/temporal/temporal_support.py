@@ -58,7 +58,10 @@ async def start_dev_server(path: str) -> tuple[Any, Watchdog]:
     from temporalio.testing import WorkflowEnvironment
 
     # start_local() without a path, and the time-skipping server, download a binary.
+    marker = f"{path} server start-dev"
+    before = set(children(os.getpid(), marker))
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=path, ip="127.0.0.1", ui=False
     )
-    return env, Watchdog(kill=children(os.getpid(), "start-dev"))
+    started = [pid for pid in children(os.getpid(), marker) if pid not in before]
+    return env, Watchdog(kill=started)

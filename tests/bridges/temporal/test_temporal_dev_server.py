@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from _watchdog import running
+from _watchdog import running, start_time
 from temporal_support import require
 
 HERE = Path(__file__).resolve().parent
@@ -27,7 +27,7 @@ from temporal_support import start_dev_server
 async def main():
     env, watchdog = await start_dev_server({path!r})
     with open({ready!r} + ".tmp", "w") as f:
-        print(*children(os.getpid(), "start-dev"), file=f)
+        print(*children(os.getpid(), {path!r} + " server start-dev"), file=f)
     os.rename({ready!r} + ".tmp", {ready!r})
     time.sleep(3600)
 
@@ -49,15 +49,19 @@ def test_a_dev_server_whose_starter_is_killed_is_killed_too(tmp_path: Path) -> N
         while not ready.exists() and starter.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ready.exists(), "the starter's dev server did not start"
-        servers = [int(pid) for pid in ready.read_text().split()]
+        servers = {int(pid): start_time(int(pid)) for pid in ready.read_text().split()}
         assert servers and all(running(pid) for pid in servers)
     finally:
         os.kill(starter.pid, signal.SIGKILL)  # the starter alone, as a CI timeout kills a run
         starter.wait()
+
+    def left() -> list[int]:  # a pid used again by another process is not the server
+        return [pid for pid, at in servers.items() if running(pid) and start_time(pid) == at]
+
     deadline = time.monotonic() + DEADLINE_S
-    while any(running(pid) for pid in servers) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = [pid for pid in servers if running(pid)]
-    for pid in left:  # what a failing run would leave behind
+    outlived = left()
+    for pid in outlived:  # what a failing run would leave behind
         os.kill(pid, signal.SIGKILL)
-    assert not left, f"{left} outlived their starter"
+    assert not outlived, f"{outlived} outlived their starter"
