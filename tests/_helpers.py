@@ -13,6 +13,19 @@ import pytest
 from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger, Verification
 
 
+class Batches(MemoryLedger):
+    """A MemoryLedger that keeps the event types of each ``append_many`` (one commit
+    each). An override: the executor then awaits it instead of ``append_now``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    async def append_many(self, events: Sequence[Event]) -> list[Event]:
+        self.batches.append([e.type for e in events])
+        return await super().append_many(events)
+
+
 async def recorded(ledger: Any, **filters: Any) -> list[Event]:
     """Every event in ``ledger`` (decoded from stored bytes), chain fields cleared.
 

@@ -9,28 +9,16 @@ use it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 
 import _ledger_worker as worker
 import pytest
 from _child import Child
+from _helpers import Batches
 
 from agent_adapter import Executor, Registry
 from agent_adapter.errors import AmbiguousEffect, ToolFailed, ToolUsageError
-from agent_adapter.ledger import Event, MemoryLedger, SQLiteLedger, Verification
-
-
-class Batches(MemoryLedger):
-    """A MemoryLedger that keeps the event types of each ``append_many`` (one commit each)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[list[str]] = []
-
-    async def append_many(self, events: Sequence[Event]) -> list[Event]:
-        self.batches.append([e.type for e in events])
-        return await super().append_many(events)
+from agent_adapter.ledger import SQLiteLedger, Verification
 
 
 def tools(registry: Registry) -> None:

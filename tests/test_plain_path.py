@@ -10,10 +10,10 @@ in the same batches, and end with the same error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from _helpers import Batches
 
 from agent_adapter import CallContext, Executor, Registry
 from agent_adapter.errors import AdapterError, ToolError
@@ -21,18 +21,6 @@ from agent_adapter.ledger import Event, MemoryLedger
 
 # Fields that differ between two runs of the same call (times, chain positions).
 _VARYING = {"ts", "duration_ms", "seq", "prev", "hash"}
-
-
-class Batches(MemoryLedger):
-    """Keeps each ``append_many`` batch's event types (an override: no ``append_now``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[list[str]] = []
-
-    async def append_many(self, events: Sequence[Event]) -> list[Event]:
-        self.batches.append([e.type for e in events])
-        return await super().append_many(events)
 
 
 class NoOpAfter:
