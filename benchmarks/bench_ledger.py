@@ -558,8 +558,8 @@ CALLS_PER_RUN = 30
 
 
 async def bench_call_reads(tmp: Path, quick: bool, rounds: int) -> str:
-    """``read(run_id=, call_id=)``, a repeated call's step 0 and every Temporal activity's
-    first read, on a ledger whose call ids repeat across runs (c0-c29 in every run, as a
+    """``read(run_id=, call_id=)``, a repeated call's step 0 and a retried Temporal
+    activity's first read, on a ledger whose call ids repeat across runs (c0-c29 in every run, as a
     workflow numbers its calls): through the (call_id, run_id) index beside a file from
     before it (the call_id index alone: BASE) and raw sqlite3 through the new index."""
     runs = 130 if quick else 1_300

@@ -27,7 +27,7 @@ SCHEMA_VERSION = 1
 _FORMAT = "agent-adapter-ledger"
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
-#: A read of one call of one run (a repeated call id's step 0, every Temporal activity)
+#: A read of one call of one run (a repeated call id's step 0, a retried Temporal activity)
 #: seeks both ids in the call index: call ids repeat across runs ("c1" in every
 #: workflow), so a call_id index alone made it scan every run's "c1". Files made before
 #: it hold ``events_call_id (call_id)``; the first writer to open one replaces it
