@@ -297,6 +297,12 @@ def test_valid_guards_of_every_shape_are_kept() -> None:
     )
 
 
+_REGISTER_HINT = (
+    " (a bridge outside this package registers its name with "
+    "agent_adapter.engine.register_target)"
+)
+
+
 @pytest.mark.parametrize(
     ("targets", "message"),
     [
@@ -317,7 +323,8 @@ def test_valid_guards_of_every_shape_are_kept() -> None:
 )
 def test_unknown_targets_are_refused(targets: Any, message: str) -> None:
     """A target that names no bridge (or a bare string, which would be read letter by
-    letter) is refused, and nothing is registered."""
+    letter) is refused, and nothing is registered. The message lists the bundled bridges
+    first (then any name registered in this process) and says how to register one."""
     registry = Registry()
 
     def register() -> None:
@@ -325,7 +332,49 @@ def test_unknown_targets_are_refused(targets: Any, message: str) -> None:
         async def refund(order_id: str) -> str:
             return order_id
 
-    assert (_message(register), len(registry)) == (message, 0)
+    got = _message(register)
+    if isinstance(targets, list):
+        # Names other tests registered in this process stand between the two parts.
+        assert (got.startswith(message), got.endswith(_REGISTER_HINT), len(registry)) == (
+            True,
+            True,
+            0,
+        ), got
+    else:
+        assert (got, len(registry)) == (message, 0)
+
+
+def test_registered_targets_are_accepted_and_typos_still_refused() -> None:
+    """A name registered with register_target can be a tool's target; a near miss of it
+    is refused with the registered name as the suggestion; a malformed name is refused."""
+    from agent_adapter.engine import register_target
+
+    assert register_target("test_bridge_x") == "test_bridge_x"
+    register_target("test_bridge_x")  # again: harmless
+    registry = Registry()
+
+    @registry.tool(targets=["test_bridge_x"])
+    async def lookup(order_id: str) -> str:
+        return order_id
+
+    def typo() -> None:
+        @registry.tool(targets=["test_bridge_y"])
+        async def other(order_id: str) -> str:
+            return order_id
+
+    with pytest.raises(ToolUsageError) as bad_name:
+        register_target("Not A Name")
+    assert (
+        lookup.exported_to("test_bridge_x"),
+        lookup.exported_to("mcp"),
+        "(did you mean 'test_bridge_x'?)" in _message(typo),
+        str(bad_name.value),
+    ) == (
+        True,
+        False,
+        True,
+        "a target name is lower-case letters, digits, '_', '-' or '.', not 'Not A Name'",
+    )
 
 
 def test_known_targets_are_kept() -> None:

@@ -159,11 +159,11 @@ class Inbox:
 
 def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """The arguments a reviewer typed (a JSON object), or why they cannot be arguments."""
-    from ..engine._spec import MAX_ARGS_DEPTH, _not_json, _too_deep
+    from ..engine._spec import MAX_ARGS_DEPTH, json_problem, nests_deeper
 
     # The same limits as `approvals approve --edit` (parse_edits): measured on the text
     # before parsing, and NaN or Infinity refused (the ledger would record them as null).
-    if _too_deep(text.encode("utf-8", "surrogatepass"), MAX_ARGS_DEPTH):
+    if nests_deeper(text.encode("utf-8", "surrogatepass"), MAX_ARGS_DEPTH):
         return None, f"the arguments must not nest deeper than {MAX_ARGS_DEPTH} levels"
     try:
         value = json.loads(text)
@@ -171,7 +171,7 @@ def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"not valid JSON: {exc}"
     if not isinstance(value, dict):
         return None, "the arguments must be a JSON object ({...})"
-    problem = _not_json(value, MAX_ARGS_DEPTH)
+    problem = json_problem(value, MAX_ARGS_DEPTH)
     if problem is not None:
         return None, f"the arguments must not {problem}"
     return value, None

@@ -48,7 +48,7 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
     key): one that nests deeper than arguments may (``MAX_ARGS_DEPTH``, the arguments
     object included), or a number JSON cannot hold (``NaN``, ``Infinity``, ``1e400``).
     """
-    from ..engine._spec import MAX_ARGS_DEPTH, _not_json, _too_deep
+    from ..engine._spec import MAX_ARGS_DEPTH, json_problem, nests_deeper
 
     # The edited value sits inside the arguments object, one level down.
     limit = MAX_ARGS_DEPTH - 1
@@ -59,7 +59,7 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
             raise CliError(f"--edit {pair!r}: expected key=value")
         # Measured on the text before it is parsed: the parser recurses once per level,
         # so a deep enough value would end the command in a RecursionError.
-        if _too_deep(raw.encode("utf-8", "surrogatepass"), limit):
+        if nests_deeper(raw.encode("utf-8", "surrogatepass"), limit):
             raise CliError(f"--edit {name}: the value must not nest deeper than {limit} levels")
         try:
             value = json.loads(raw)
@@ -67,7 +67,7 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
             value = raw
         # json.loads takes NaN and Infinity, which the ledger would record as null: the
         # decision would then be about other arguments than the ones shown.
-        problem = _not_json(value, limit)
+        problem = json_problem(value, limit)
         if problem is not None:
             raise CliError(f"--edit {name}: the value must not {problem}")
         edits[name] = value

@@ -24,8 +24,9 @@ from ..ledger._follow import appending
 from ..ledger._recordable import recordable, text
 from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
+from ._prepare import approval_needed
 from ._redaction import restored
-from ._run import _maybe_await, _Run, _Stop, _validated
+from ._run import _Run, _Stop, _validated
 
 if TYPE_CHECKING:
     from ._executor import Executor
@@ -39,14 +40,9 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
     confirm = run.spec.confirm
     if confirm is False:
         return call
-    if confirm is not True:
-        try:
-            needed = bool(await _maybe_await(confirm(call, run.ctx)))
-        except Exception as exc:
-            needed = True  # fail closed: a broken rule asks for approval
-            del exc
-        if not needed:
-            return call
+    # The one confirm rule (``Executor.prepare`` asks the same): a rule that raises asks.
+    if confirm is not True and not await approval_needed(run.spec, call, run.ctx):
+        return call
     ctx = run.ctx
     clock = self._clock
     # 128 random bits in uuid4().hex's format, without building a UUID (~4x cheaper).

@@ -55,6 +55,7 @@ from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
 from ._limits import RunLimits
+from ._prepare import Prepared, prepare
 from ._options import (
     check_approval,
     check_clock,
@@ -65,7 +66,7 @@ from ._options import (
     check_registry,
     check_seconds,
 )
-from ._run import _maybe_await, _name_of, _new_id, _Run, _scrub, _Stop, _validated
+from ._run import _maybe_await, _name_of, new_id, _Run, _scrub, _Stop, _validated
 from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
 
@@ -121,7 +122,7 @@ class Executor:
     effect_status = _effects.effect_status
     _repeat = _replaying._repeat
     _replayed_value = _replaying._replayed_value
-    _recorded_error = staticmethod(_replaying._recorded_error)
+    recorded_error = staticmethod(_replaying.recorded_error)
 
     def __init__(
         self,
@@ -459,11 +460,26 @@ class Executor:
         """Run the registered tool ``name``; missing ids are made up (a fresh run per call)."""
         spec = self.registry.get(name)
         ctx = CallContext(
-            run_id=run_id or _new_id("run"),
-            call_id=call_id or _new_id("call"),
+            run_id=run_id or new_id("run"),
+            call_id=call_id or new_id("call"),
             metadata=dict(metadata) if metadata else {},
         )
         return await self.run_spec(spec, args, ctx)
+
+    async def prepare(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Prepared:
+        """What a call of ``spec`` with ``args`` would be, before it runs; records nothing.
+
+        The bridge contract's one decision point (DESIGN.md, "The bridge contract"): the
+        validated arguments and their digest, whether the confirm rule requires approval
+        (the rule step 6 runs; one that raises: True), what a reviewer may be shown, the
+        effect key and the notice a reviewer must read when that key is not free. A bridge
+        asks its framework's reviewer with this and carries the answer in
+        ``ctx.approval`` (a ``Decision`` bound to ``prepared.digest``); ``run_spec`` then
+        decides again, on the ledger, whatever was prepared.
+        """
+        if not self._started:
+            await self._ensure_started()
+        return await prepare(spec, args, ctx, self.state.effects)
 
     async def run_spec(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
         """Run one call of ``spec`` with ``args`` (a dict, or JSON text from a model).

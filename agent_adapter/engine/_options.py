@@ -20,6 +20,7 @@ from ._limits import RunLimits
 
 __all__ = [
     "BRIDGES",
+    "register_target",
     "check_approval",
     "check_clock",
     "check_guards",
@@ -30,8 +31,27 @@ __all__ = [
     "check_targets",
 ]
 
-#: The bridges a tool can name in ``Registry.tool(targets=...)`` (DESIGN.md, "Bridges").
+#: The bundled bridges a tool can name in ``Registry.tool(targets=...)`` (DESIGN.md,
+#: "Bridges"); a bridge outside this package adds its name with ``register_target``.
 BRIDGES: tuple[str, ...] = ("mcp", "openai_agents", "temporal")
+_targets: list[str] = list(BRIDGES)
+_TARGET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
+def register_target(name: str) -> str:
+    """Let tools name ``name`` in ``Registry.tool(targets=[...])``; returns ``name``.
+
+    A bridge calls it once, at import (registering a name again is harmless). Names are
+    lower-case letters, digits, ``_``, ``-`` and ``.``; any name not registered is still
+    refused, with a suggestion, so that a typo never exports a tool to nobody.
+    """
+    if not isinstance(name, str) or not name or not set(name) <= _TARGET_CHARS:
+        raise ToolUsageError(
+            f"a target name is lower-case letters, digits, '_', '-' or '.', not {name!r}"
+        )
+    if name not in _targets:
+        _targets.append(name)
+    return name
 
 _HOOK_METHODS = ("before_tool", "after_tool", "on_event")
 
@@ -188,11 +208,12 @@ def check_targets(tool: str, targets: Any) -> tuple[str, ...] | None:
         )
     names = _items(f"tool {tool}: targets", targets, "targets=['openai_agents']")
     for target in names:
-        if target not in BRIDGES:
-            close = difflib.get_close_matches(str(target), BRIDGES, n=1, cutoff=0.5)
+        if target not in _targets:
+            close = difflib.get_close_matches(str(target), _targets, n=1, cutoff=0.5)
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             raise ToolUsageError(
                 f"tool {tool}: unknown target {target!r}{guess}; the bridges are "
-                f"{', '.join(BRIDGES)}"
+                f"{', '.join(_targets)} (a bridge outside this package registers its "
+                "name with agent_adapter.engine.register_target)"
             )
     return names

@@ -42,7 +42,7 @@ from ._spec import ToolSpec
 if TYPE_CHECKING:
     from ._executor import Executor
 
-__all__ = ["_recorded_error", "_repeat", "_replayed_value", "typed_result"]
+__all__ = ["_repeat", "_replayed_value", "recorded_error", "typed_result"]
 
 
 async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
@@ -127,11 +127,11 @@ def _replayed_value(self: Executor, outcome: Event) -> Any:
         return outcome.result
     if isinstance(outcome, CallCancelled):
         raise ToolUsageError(f"call {outcome.call_id} was cancelled; it has no value to replay")
-    error = self._recorded_error(outcome)
+    error = self.recorded_error(outcome)
     raise error
 
 
-def _recorded_error(outcome: Event) -> BaseException:
+def recorded_error(outcome: Event) -> BaseException:
     """The error a recorded outcome stands for, rebuilt from its kind and fields."""
     if isinstance(outcome, CallFailed):
         return error_from_kind(outcome.error_kind, outcome.error)

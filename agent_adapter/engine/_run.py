@@ -19,13 +19,13 @@ from ._digest import canonical
 from ._redaction import _fields, values_at
 from ._spec import _TEXT, MAX_ARGS_BYTES, ToolSpec
 
-__all__: list[str] = []
+__all__ = ["new_id"]
 
 _ID_PREFIX = os.urandom(6).hex()
 _ids = itertools.count(1)
 
 
-def _new_id(kind: str) -> str:
+def new_id(kind: str = "id") -> str:
     """A fresh id like ``call_<process prefix><counter>``."""
     # A process-random prefix and a counter: unique across processes, and ~10x cheaper
     # than uuid4 on the per-call path.

@@ -22,7 +22,7 @@ from ._options import check_guards, check_targets
 from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
-__all__ = ["MAX_ARGS_BYTES", "MAX_ARGS_DEPTH", "Registry", "ToolSpec"]
+__all__ = ["MAX_ARGS_BYTES", "MAX_ARGS_DEPTH", "Registry", "ToolSpec", "json_problem", "nests_deeper"]
 
 #: Arguments larger than this (as JSON text) are refused before they are parsed.
 MAX_ARGS_BYTES = 1 << 20
@@ -40,7 +40,7 @@ _NOT_SYNTAX = bytes(b for b in range(256) if b not in b'[]{}"')
 _STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
 
-def _too_deep(raw: bytes, limit: int) -> bool:
+def nests_deeper(raw: bytes, limit: int) -> bool:
     """True when the JSON text nests deeper than ``limit``, found without parsing it.
 
     Fewer openers than the limit cannot nest deeper, and most arguments stop there; the
@@ -66,7 +66,7 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     return deepest > limit
 
 
-def _not_json(value: Any, limit: int) -> str | None:
+def json_problem(value: Any, limit: int) -> str | None:
     """Why a Python value given as a dict is not JSON arguments, or None when it is.
 
     Iterative, stops early. Nesting counts containers only (as the text check does), and
@@ -200,7 +200,7 @@ class ToolSpec:
                     f"arguments for {self.name} are {len(raw)} bytes, over the "
                     f"{MAX_ARGS_BYTES} byte limit"
                 )
-            if _too_deep(raw, MAX_ARGS_DEPTH):
+            if nests_deeper(raw, MAX_ARGS_DEPTH):
                 raise ToolArgsInvalid(
                     f"arguments for {self.name} nest deeper than {MAX_ARGS_DEPTH} levels"
                 )
@@ -219,7 +219,7 @@ class ToolSpec:
             raise ToolArgsInvalid(
                 f"invalid arguments for {self.name}: expected an object, got {type(args).__name__}"
             )
-        problem = _not_json(args, MAX_ARGS_DEPTH)
+        problem = json_problem(args, MAX_ARGS_DEPTH)
         if problem is not None:
             raise ToolArgsInvalid(f"arguments for {self.name} {problem}")
         if self.args_type is not None:

@@ -27,8 +27,8 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from ..engine._replaying import _recorded_error
-from ..ledger._events import OUTCOME_TAGS, Event
+from ..engine import recorded_error
+from ..ledger import OUTCOME_TAGS, Event
 
 __all__ = ["OpenTelemetryHook"]
 
@@ -273,7 +273,7 @@ def _error_kind(outcome: Event) -> str:
         return str(recorded)
     if outcome.type == "call.cancelled":
         return "cancelled"
-    return str(getattr(_recorded_error(outcome), "kind", "tool-failed"))
+    return str(getattr(recorded_error(outcome), "kind", "tool-failed"))
 
 
 def _set_digest(held: _Open, event: Event) -> None:

@@ -48,9 +48,25 @@ from ._events import (
     decode_event,
     encode_event,
 )
+from ._effect_keys import (
+    AMBIGUOUS,
+    COMMITTED,
+    DEFAULT_LEASE_S,
+    DEFAULT_SKEW_MARGIN_S,
+    FREE,
+    IN_FLIGHT,
+    lease_live,
+    lease_text,
+    status_after_outcome,
+    status_after_resolve,
+)
 from ._export import export_line, parse_export_line
+from ._follow import EffectTaken, Follow, appending
 from ._memory import MemoryLedger
 from ._protocol import LOCK_TIMEOUT_S, Ledger
+from ._recordable import UnrecordableEvent, append_repaired, checked_clock, recordable
+from ._recordable import text as recordable_text
+from ._watch import ChainWatch
 
 if typing.TYPE_CHECKING:
     # Loaded lazily at run time (``__getattr__`` below); imported here for type checkers,
@@ -60,6 +76,7 @@ if typing.TYPE_CHECKING:
     from ._sqlite import SQLiteLedger
 
 __all__ = [
+    "AMBIGUOUS",
     "ApprovalAnswered",
     "ApprovalConsumed",
     "ApprovalDeferred",
@@ -68,6 +85,7 @@ __all__ = [
     "ApprovalRejected",
     "ApprovalRequested",
     "Audit",
+    "COMMITTED",
     "CallAmbiguous",
     "CallBlocked",
     "CallCached",
@@ -85,16 +103,23 @@ __all__ = [
     "CallSucceeded",
     "CallTimedOut",
     "CallValidated",
+    "ChainWatch",
+    "DEFAULT_LEASE_S",
+    "DEFAULT_SKEW_MARGIN_S",
     "EVENT_TAGS",
     "EffectClaimed",
     "EffectRecord",
     "EffectRenewed",
     "EffectResolution",
     "EffectResolved",
+    "EffectTaken",
     "Event",
+    "FREE",
+    "Follow",
     "GuardChecked",
     "GuardVerdict",
     "HookFailed",
+    "IN_FLIGHT",
     "LOCK_TIMEOUT_S",
     "Ledger",
     "MemoryLedger",
@@ -104,14 +129,24 @@ __all__ = [
     "Record",
     "SQLiteLedger",
     "UnknownEvent",
+    "UnrecordableEvent",
     "Verification",
+    "append_repaired",
+    "appending",
     "chain_hash",
     "check_chain",
+    "checked_clock",
     "decode_event",
     "encode_event",
     "export_line",
+    "lease_live",
+    "lease_text",
     "parse_export_line",
+    "recordable",
+    "recordable_text",
     "replay",
+    "status_after_outcome",
+    "status_after_resolve",
     "verify_records",
 ]
 

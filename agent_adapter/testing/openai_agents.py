@@ -14,8 +14,15 @@ from agents import Agent, RunConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from ..bridges.openai_agents import function_tools, resolve_interruptions, run
-from ..bridges.openai_agents._integration import NAME, new_id
-from ..engine import ApprovalRequest, CallbackApproval, Decision, DeferredApproval, Executor
+from ..bridges.openai_agents import NAME
+from ..engine import (
+    ApprovalRequest,
+    CallbackApproval,
+    Decision,
+    DeferredApproval,
+    Executor,
+    new_id,
+)
 from ..errors import MODEL_VISIBLE_KINDS, AdapterError
 from ._kit import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
 

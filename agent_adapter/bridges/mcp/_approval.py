@@ -7,16 +7,13 @@ digest of the arguments it was asked about; the executor records it (source "con
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from typing import Any
 
 import mcp_types as types
 import msgspec
 
-from ...engine import Call, CallContext, Decision, Executor, ToolSpec
-from ...engine._approval import effect_notice
-from ...engine._redaction import redacted
+from ...engine import Decision, Prepared
 from ._names import APPROVAL_SCHEMA, NAME
 
 __all__ = [
@@ -24,8 +21,6 @@ __all__ = [
     "answer_decision",
     "can_elicit",
     "form_message",
-    "key_notice",
-    "needs_approval",
     "read_state",
 ]
 
@@ -76,52 +71,16 @@ def can_elicit(session: Any) -> bool:
     return form is not None or url is None
 
 
-async def needs_approval(
-    spec: ToolSpec, args: dict[str, Any], digest: str, ctx: CallContext
-) -> bool:
-    """Whether ``spec.confirm`` requires approval for these validated arguments.
-
-    A rule is asked with a ``Call`` built like the executor's; a rule that fails asks
-    (fail closed), and the executor runs the rule again itself.
-    """
-    confirm = spec.confirm
-    if confirm is False:
-        return False
-    if confirm is True:
-        return True
-    call = Call(tool=spec.name, spec=spec, args=args, digest=digest, ctx=ctx)
-    try:
-        answer = confirm(call, ctx)
-        if inspect.isawaitable(answer):
-            answer = await answer
-    except Exception:
-        return True
-    return bool(answer)
-
-
-def form_message(spec: ToolSpec, args: dict[str, Any], notice: str | None = None) -> str:
+def form_message(prepared: Prepared) -> str:
     """What the person reads: the tool and its validated arguments, redacted values hidden;
-    then, when the call's effect key is not free, why approving cannot make it run."""
-    shown = _encode(redacted(args, spec.redact)).decode()
+    then, when the call's effect key is not free, why approving cannot make it run (only
+    told, as a port's reviewer is: the executor's effect check decides)."""
+    shown = _encode(prepared.shown_args).decode()
     if len(shown) > _MESSAGE_ARGS_CHARS:
         shown = shown[:_MESSAGE_ARGS_CHARS] + f"... ({len(shown)} characters)"
-    message = f"Approve {spec.name} with {shown}?"
+    message = f"Approve {prepared.tool} with {shown}?"
+    notice = prepared.effect_notice
     return f"{message} (Note: {notice}.)" if notice else message
-
-
-def key_notice(executor: Executor, spec: ToolSpec, args: dict[str, Any]) -> str | None:
-    """The sentence a port's reviewer reads about the call's effect key, or None when free.
-
-    Only told, as a port's reviewer is: the executor's effect check decides.
-    """
-    try:
-        key = spec.effect_key(args)
-    except Exception:
-        return None  # the executor records the template's failure itself
-    held = executor.state.effects.get(key) if key is not None else None
-    if held is None:
-        return None
-    return effect_notice(key, held.status, held.run_id, held.call_id)
 
 
 def answer_decision(answer: Any, digest: str, reviewer: str) -> Decision:

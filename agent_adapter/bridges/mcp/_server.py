@@ -32,18 +32,15 @@ from ...engine import (
     Executor,
     Registry,
     ToolSpec,
-    digest,
     get_default_executor,
 )
-from ...errors import AdapterError, ToolArgsInvalid, ToolUsageError
+from ...errors import AdapterError, ToolUsageError
 from ._approval import (
     METADATA,
     CallState,
     answer_decision,
     can_elicit,
     form_message,
-    key_notice,
-    needs_approval,
     read_state,
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
@@ -190,24 +187,20 @@ class _Gateway:
             and can_elicit(ctx.session)
             and not self._has_record(run_id, call_id)
         ):
-            try:
-                validated = spec.validate(args)
-            except ToolArgsInvalid:
-                validated = None  # never asked: run_spec records call.invalid
-            if validated is not None:
-                call_digest = digest(validated)
-                if await needs_approval(spec, validated, call_digest, ctx_ids):
-                    reviewer = _reviewer(ctx)
-                    message = form_message(
-                        spec, validated, key_notice(self.executor, spec, validated)
-                    )
-                    if modern:
-                        answer = (params.input_responses or {}).get(_APPROVAL_KEY)
-                        if state is None or answer is None or state.digest != call_digest:
-                            return _ask_later(message, call_id, run_id, call_digest)
-                        decision = answer_decision(answer, call_digest, reviewer)
-                    else:
-                        decision = await _ask_now(ctx, message, call_digest, reviewer)
+            # The engine's own decision (the confirm rule step 6 runs), recording nothing;
+            # invalid arguments are never asked (run_spec records call.invalid).
+            prepared = await self.executor.prepare(spec, args, ctx_ids)
+            if prepared.ok and prepared.needs_approval:
+                call_digest = prepared.digest
+                reviewer = _reviewer(ctx)
+                message = form_message(prepared)
+                if modern:
+                    answer = (params.input_responses or {}).get(_APPROVAL_KEY)
+                    if state is None or answer is None or state.digest != call_digest:
+                        return _ask_later(message, call_id, run_id, call_digest)
+                    decision = answer_decision(answer, call_digest, reviewer)
+                else:
+                    decision = await _ask_now(ctx, message, call_digest, reviewer)
         call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
         task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
         self.running.add(task)

@@ -9,12 +9,13 @@ approval interruptions and errors onto ``Executor.run_spec``. Import it as
 from ._approvals import Review, resolve_interruptions, review_interruptions
 from ._compat import SUPPORTED, check_sdk, sdk_version
 from ._errors import unwrap
-from ._integration import INTEGRATION, OpenAIAgentsIntegration
+from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration
 from ._run import run, run_sync
 from ._tools import function_tool, function_tools
 
 __all__ = [
     "INTEGRATION",
+    "NAME",
     "OpenAIAgentsIntegration",
     "Review",
     "SUPPORTED",

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...engine import CallContext, Decision, TokenTable
-from ...engine._run import _new_id
+from ...engine import CallContext, Decision, TokenTable, new_id
 from ._compat import sdk_name
 
 __all__ = ["INTEGRATION", "NAME", "OpenAIAgentsIntegration", "state_run_id"]
@@ -21,7 +20,7 @@ else:
 #: The bridge's name in ``Registry.tool(targets=...)`` and in request metadata.
 NAME = "openai_agents"
 _NO_OP_TRACE_ID = "no-op"
-new_id = _new_id  # the engine's ids: a process-random prefix and a counter
+
 
 
 def trace_run_id() -> str | None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ...engine import Call, CallContext, Executor, Registry, ToolSpec, digest, get_default_executor
-from ...errors import AdapterError, ToolArgsInvalid
+from ...engine import CallContext, Executor, Registry, ToolSpec, get_default_executor
+from ...errors import AdapterError
 from ._compat import check_sdk, sdk_name
 from ._errors import encode_output, error_output, model_visible
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration, run_id_for
@@ -76,45 +75,29 @@ def tool_schema(spec: ToolSpec, *, strict: bool) -> tuple[dict[str, Any], bool]:
     return copy.deepcopy(spec.json_schema), False
 
 
-def _validated(spec: ToolSpec, params: Any) -> dict[str, Any] | None:
-    # The same path as the executor (JSON text), so the gate and the executor agree on
-    # validity and on the digest.
-    try:
-        return spec.validate(_encode(params))
-    except (ToolArgsInvalid, TypeError, msgspec.EncodeError):
-        return None
-
-
-def _gate(spec: ToolSpec) -> bool | Callable[..., Any]:
+def _gate(spec: ToolSpec, executor: Executor) -> bool | Callable[..., Any]:
     """The SDK's ``needs_approval`` for ``spec.confirm``; it decides nothing for the executor.
 
-    Invalid arguments are never sent for approval: the gate says no and the executor
-    returns tool-args-invalid. A rule is asked with a ``Call`` built like the executor's;
-    a rule that fails asks (fail closed), and the executor runs the rule again itself.
+    The engine's own decision (``Executor.prepare``: the confirm rule step 6 asks, failing
+    closed), on the arguments as JSON text, the path the executor takes, so the gate and
+    the executor agree on validity and on the digest. Invalid arguments are never sent for
+    approval: the gate says no and the executor returns tool-args-invalid.
     """
-    confirm = spec.confirm
-    if confirm is False:
+    if spec.confirm is False:
         return False
 
     async def needs_approval(run_context: Any, params: Any, call_id: str) -> bool:
-        args = _validated(spec, params)
-        if args is None:
-            return False
-        if confirm is True:
-            return True
+        try:
+            raw = _encode(params)
+        except (TypeError, msgspec.EncodeError):
+            return False  # not JSON: the executor refuses it as tool-args-invalid
         ctx = CallContext(
             run_id=run_id_for(run_context),
             call_id=call_id or "",
             metadata={"integration": NAME},
         )
-        call = Call(tool=spec.name, spec=spec, args=args, digest=digest(args), ctx=ctx)
-        try:
-            answer = confirm(call, ctx)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        except Exception:
-            return True
-        return bool(answer)
+        prepared = await executor.prepare(spec, raw, ctx)
+        return prepared.ok and prepared.needs_approval
 
     return needs_approval
 
@@ -167,7 +150,7 @@ def function_tool(
         params_json_schema=schema,
         on_invoke_tool=_invoker(spec, executor, integration),
         strict_json_schema=is_strict,
-        needs_approval=_gate(spec),
+        needs_approval=_gate(spec, executor),
     )
     # None: refusals and CancelledError are never turned into "please try again" text;
     # the model-visible kinds are already tool output, everything else fails the run.

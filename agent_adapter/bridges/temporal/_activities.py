@@ -16,7 +16,6 @@ effect key keeps the effect at most once across all of them.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,9 +23,7 @@ import msgspec
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ...engine import Call, CallContext, Decision, Executor, ToolSpec
-from ...engine._redaction import redacted
-from ...engine._run import _validated
+from ...engine import CallContext, Decision, Executor, ToolSpec
 from ...errors import (
     MODEL_VISIBLE_KINDS,
     AdapterError,
@@ -161,37 +158,25 @@ class ToolActivities:
             spec = self._spec(request.tool)
         except AdapterError as exc:
             raise _host_error(exc) from exc
-        try:
-            args, args_digest = _validated(spec, request.args)
-        except AdapterError as exc:  # tool-args-invalid: shown to the model
-            return Prepared(tool=spec.name, call_id=request.call_id, error=error_data(exc))
+        ctx = CallContext(
+            run_id=activity.info().workflow_id or "",
+            call_id=request.call_id,
+            metadata={"integration": NAME},
+        )
+        # The engine's one decision (the confirm rule the run's step 6 asks again).
+        prepared = await self.executor.prepare(spec, request.args, ctx)
+        if not prepared.ok:  # tool-args-invalid: shown to the model
+            assert prepared.error is not None
+            return Prepared(
+                tool=spec.name, call_id=request.call_id, error=error_data(prepared.error)
+            )
         return Prepared(
             tool=spec.name,
             call_id=request.call_id,
-            digest=args_digest,
-            needs_approval=await self._needs_approval(spec, args, args_digest, request.call_id),
-            args=msgspec.to_builtins(redacted(args, spec.redact)),
+            digest=prepared.digest,
+            needs_approval=prepared.needs_approval,
+            args=prepared.shown_args,
         )
-
-    async def _needs_approval(
-        self, spec: ToolSpec, args: dict[str, Any], args_digest: str, call_id: str
-    ) -> bool:
-        confirm = spec.confirm
-        if confirm is False or confirm is True:
-            return confirm
-        ctx = CallContext(
-            run_id=activity.info().workflow_id or "",
-            call_id=call_id,
-            metadata={"integration": NAME},
-        )
-        call = Call(tool=spec.name, spec=spec, args=args, digest=args_digest, ctx=ctx)
-        try:
-            answer = confirm(call, ctx)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        except Exception:
-            return True
-        return bool(answer)
 
     @activity.defn(name=RUN)
     async def run(self, request: RunInput) -> ToolResult:
