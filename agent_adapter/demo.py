@@ -31,29 +31,51 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from agents import Agent, RunConfig
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from .bridges.openai_agents import function_tools, resolve_interruptions
 from .bridges.openai_agents import run as run_agent
-from .cli import PROG, CliError, Style, log_hooks, render_audit
 from .engine import CallbackApproval, Decision, Executor, Registry, current_call
 from .errors import AdapterError, DuplicateEffect, LedgerError, ToolError
-from .ledger import Event, replay
-from .ledger._sqlite import SQLiteLedger
-from .ledger._sqlite_files import _probe
-from .ledger._sqlite_mark import mark_path
+from .ledger import Event, SQLiteLedger, replay
 
-__all__ = ["AMOUNT_CENTS", "DEMO_MARK", "ORDER_ID", "RUN_ID", "build_registry", "run"]
+__all__ = [
+    "AMOUNT_CENTS",
+    "DEMO_MARK",
+    "ORDER_ID",
+    "RUN_ID",
+    "DemoRefused",
+    "Style",
+    "build_registry",
+    "run",
+]
+
+
+class Style(Protocol):
+    """How the demo colours its lines: the CLI's ``Style`` (the CLI passes it in
+    ``args.style``; the demo never imports the CLI, which imports the demo)."""
+
+    def paint(self, text: str, *styles: str) -> str:
+        """``text`` in ``styles``."""
+        ...
+
+    def tag(self, tag: str) -> str:
+        """An event tag coloured by what it means."""
+        ...
+
+
+class DemoRefused(Exception):
+    """The demo will not run as asked (a ``--db`` it must not replace); one line, the CLI
+    prints it as an expected failure."""
+
 
 RUN_ID = "demo-run"
 #: The meta row that marks a ledger file as the demo's own (written in the transaction
 #: that creates the file): the only kind of file ``--db`` replaces.
 DEMO_MARK = ("created_by", "agent-adapter demo")
-# Files SQLite keeps beside a database; a WAL or journal may hold part of its content.
-_SIDECARS = ("-wal", "-shm", "-journal")
 ORDER_ID = "A1001"
 AMOUNT_CENTS = 4250
 ORDERS: dict[str, dict[str, Any]] = {
@@ -304,15 +326,9 @@ def _wait_for_line(stdin: IO[str], wakeup: int) -> None:
         os.read(wakeup, 512)
 
 
-class _DemoLedger(SQLiteLedger):
-    """The demo's ledger: a file it creates carries ``DEMO_MARK`` from its first commit."""
-
-    _marks = (DEMO_MARK,)
-
-
-def _refuse(path: Path, what: str) -> CliError:
+def _refuse(path: Path, what: str) -> DemoRefused:
     # Never "remove it": a ledger holds the effect keys that stop a second refund.
-    return CliError(
+    return DemoRefused(
         f"the demo replaces only a ledger it wrote itself: {path} {what}; it was left "
         "unchanged (pass --db with a new file name)"
     )
@@ -325,12 +341,12 @@ def _fresh_ledger_path(path: Path) -> str:
     A file is the demo's when it is a regular file, an agent-adapter ledger, and carries
     ``DEMO_MARK`` (read with the ledger's read-only probe, which changes nothing). Anything
     else (another ledger, another program's database, a text file, a directory, a link)
-    raises ``CliError`` and is left as it was: ``--db`` names a file that may matter.
+    raises ``DemoRefused`` and is left as it was: ``--db`` names a file that may matter.
     """
     if path.is_symlink():
         raise _refuse(path, "is a symbolic link")
     if path.is_dir():
-        raise CliError(f"{path} is a directory; pass --db FILE")
+        raise DemoRefused(f"{path} is a directory; pass --db FILE")
     removed = False
     if not path.exists():
         # A WAL or journal without its database would be read into the new one.
@@ -343,7 +359,7 @@ def _fresh_ledger_path(path: Path) -> str:
         if path.stat().st_size == 0:
             raise _refuse(path, "is an empty file")
         try:
-            meta = _probe(str(path))
+            meta = SQLiteLedger.probe(path)
         except LedgerError as exc:
             raise _refuse(path, _reason(exc, path)) from None
         if meta is None:
@@ -352,8 +368,7 @@ def _fresh_ledger_path(path: Path) -> str:
             raise _refuse(path, "is an agent-adapter ledger that the demo did not write")
         # The mark too (first: it sits beside the file a link points to): it is the old
         # ledger's, and would refuse a new one in its place.
-        parts = [Path(mark_path(str(path)))]
-        parts += [Path(f"{path}{suffix}") for suffix in ("", *_SIDECARS)]
+        parts = [Path(part) for part in SQLiteLedger.files(path)]
         for part in parts:
             if part.exists():
                 part.unlink()
@@ -397,8 +412,12 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
 
     refunds: list[dict[str, Any]] = []
     registry = build_registry(refunds)
-    hooks = [_Narrator(out, style), *log_hooks(getattr(args, "logging", False))]
-    ledger = _DemoLedger(str(path))
+    # What the CLI gives the demo (build_parser's defaults for the demo command): its
+    # name, its audit renderer and its logging hooks; the demo never imports the CLI.
+    prog: str = args.prog
+    hooks = [_Narrator(out, style), *args.log_hooks(getattr(args, "logging", False))]
+    # A file it creates carries DEMO_MARK from its first commit.
+    ledger = SQLiteLedger(str(path), created_meta=(DEMO_MARK,))
     executor = await Executor.open(registry, ledger=ledger, hooks=hooks)
     try:
         model = ScriptedModel(_script())
@@ -443,20 +462,20 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
         print(f"\n{section}", file=out)
         events = [e async for e in ledger.read()]
         audit = replay(events, await ledger.verify())
-        for line in render_audit(audit, style):
+        for line in args.render_audit(audit, style):
             print(line, file=out)
         print(file=out)
-        for line in _hints(path):
+        for line in _hints(path, prog):
             print(line, file=out)
     finally:
         await executor.close()
     return 0
 
 
-def _hints(path: Path) -> list[str]:
+def _hints(path: Path, prog: str) -> list[str]:
     """Commands that explore the ledger, as they run from this directory (a test runs
     each), and how to put the command on PATH when it is not."""
-    prefix, path_advice = _command()
+    prefix, path_advice = _command(prog)
     db = shlex.quote(str(path))
     lines = ["explore the ledger (from this directory):"]
     lines += [f"  {prefix} ledger {action} --db {db}" for action in _HINTED]
@@ -464,14 +483,14 @@ def _hints(path: Path) -> list[str]:
     lines.append("review approvals in a browser (the approval inbox; Ctrl-C stops it):")
     lines.append(f"  {prefix} approvals serve --db {db}")
     if path_advice is not None:
-        lines.append(f"to type {PROG} alone, put it on PATH: {path_advice}")
+        lines.append(f"to type {prog} alone, put it on PATH: {path_advice}")
     return lines
 
 
 _HINTED = ("show", "audit", "verify", "export")
 
 
-def _command() -> tuple[str, str | None]:
+def _command(prog: str) -> tuple[str, str | None]:
     """How to run this command again from this directory, and how to put it on PATH
     (None when ``agent-adapter`` already finds it there).
 
@@ -479,17 +498,17 @@ def _command() -> tuple[str, str | None]:
     ``agent-adapter`` would not be found, or would be another installation's.
     """
     typed = Path(sys.argv[0])
-    if typed.name == PROG:  # run as the script: the path as typed works from here
+    if typed.name == prog:  # run as the script: the path as typed works from here
         script = typed
     else:  # python -m agent_adapter.cli, or in-process: the script of this environment
-        script = Path(sys.executable).parent / PROG
+        script = Path(sys.executable).parent / prog
         if not script.is_file():
             return f"{shlex.quote(sys.executable)} -m agent_adapter.cli", None
         with contextlib.suppress(ValueError):
             script = script.relative_to(Path.cwd())
-    found = shutil.which(PROG)
+    found = shutil.which(prog)
     if found is not None and Path(found).resolve() == script.resolve():
-        return PROG, None
+        return prog, None
     text = str(script) if script.is_absolute() or script.parent != Path() else f"./{script}"
     bin_dir = script.parent
     activate = bin_dir / "activate"

@@ -159,7 +159,7 @@ class Inbox:
 
 def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """The arguments a reviewer typed (a JSON object), or why they cannot be arguments."""
-    from ..engine._spec import MAX_ARGS_DEPTH, json_problem, nests_deeper
+    from ..engine import MAX_ARGS_DEPTH, json_problem, nests_deeper
 
     # The same limits as `approvals approve --edit` (parse_edits): measured on the text
     # before parsing, and NaN or Infinity refused (the ledger would record them as null).
@@ -179,7 +179,7 @@ def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
 
 def _same(a: Any, b: Any) -> bool:
     """Equal as JSON values (1 and 1.0 differ, as they do for the digest)."""
-    from ..engine._digest import canonical
+    from ..engine import canonical
 
     try:
         return canonical(a) == canonical(b)

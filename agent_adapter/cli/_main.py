@@ -24,10 +24,10 @@ from ._ledger import (
     cmd_ledger_tail,
     cmd_ledger_verify,
 )
-from ._logging import configure_logging
+from ._logging import configure_logging, log_hooks
 from ._mcp import cmd_mcp_serve
 from ._opening import CliError, sqlite_message
-from ._render import Style
+from ._render import Style, render_audit
 from ._review import (
     cmd_approvals_approve,
     cmd_approvals_deny,
@@ -54,7 +54,10 @@ async def cmd_demo(args: argparse.Namespace, out: IO[str]) -> int:
             f"the demo needs the openai-agents extra ({exc}); "
             "install it with: pip install 'agent-adapter[openai-agents]'"
         ) from None
-    return await demo.run(args, out)
+    try:
+        return await demo.run(args, out)
+    except demo.DemoRefused as exc:
+        raise CliError(str(exc)) from None
 
 
 # -- argument parsing ------------------------------------------------------------------
@@ -269,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="approve with this amount (integer cents) instead of the one asked for",
     )
     demo.add_argument("--reviewer", metavar="NAME", help="the approver's name in the ledger")
-    demo.set_defaults(handler=cmd_demo)
+    # What the demo prints with, handed over here: the demo never imports the CLI.
+    demo.set_defaults(handler=cmd_demo, prog=PROG, render_audit=render_audit, log_hooks=log_hooks)
 
     _ledger_commands(commands, command, leaf)
     _approvals_commands(commands, command, leaf)

@@ -78,7 +78,7 @@ def _ledger_path(args: argparse.Namespace) -> Path:
 
 
 async def _open_ledger(args: argparse.Namespace) -> Any:
-    from ..ledger._sqlite import SQLiteLedger
+    from ..ledger import SQLiteLedger
 
     path = _ledger_path(args)
     ledger = SQLiteLedger(str(path), key=read_key(args.key_file), busy_timeout_s=args.lock_timeout)

@@ -133,7 +133,7 @@ def _postgres(args: argparse.Namespace, *, write: bool) -> Ledger:
     Never creates a schema: a command reads or answers what replicas wrote, and a typo
     in the schema must not become an empty ledger that says "nothing pending".
     """
-    from ..ledger._postgres import PostgresLedger
+    from ..ledger import PostgresLedger
 
     key = read_key(getattr(args, "key_file", None))
     try:
@@ -170,7 +170,7 @@ async def open_ledger(args: argparse.Namespace, *, write: bool = False) -> Async
     path = Path(args.db)
     check_ledger_file(path, write=write)
     key = read_key(getattr(args, "key_file", None))
-    from ..ledger._sqlite import SQLiteLedger
+    from ..ledger import SQLiteLedger
 
     ledger = SQLiteLedger(str(path), key=key, busy_timeout_s=args.lock_timeout, readonly=not write)
     try:

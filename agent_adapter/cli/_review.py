@@ -48,7 +48,7 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
     key): one that nests deeper than arguments may (``MAX_ARGS_DEPTH``, the arguments
     object included), or a number JSON cannot hold (``NaN``, ``Infinity``, ``1e400``).
     """
-    from ..engine._spec import MAX_ARGS_DEPTH, json_problem, nests_deeper
+    from ..engine import MAX_ARGS_DEPTH, json_problem, nests_deeper
 
     # The edited value sits inside the arguments object, one level down.
     limit = MAX_ARGS_DEPTH - 1
@@ -75,7 +75,7 @@ def parse_edits(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 async def _request_status(ledger: Ledger, request_id: str) -> dict[str, Any]:
-    from ..engine._state import Projection
+    from ..engine import Projection
     from ..ledger import ApprovalAnswered, ApprovalConsumed
 
     status: dict[str, Any] = {"answered": None, "consumed_by": None}
@@ -94,7 +94,7 @@ async def _request_status(ledger: Ledger, request_id: str) -> dict[str, Any]:
 
 async def _effects_now(ledger: Ledger) -> dict[str, Any]:
     """Every effect key's state as the ledger has it now (``EffectState`` by key)."""
-    from ..engine._state import Projection
+    from ..engine import Projection
 
     effects = Projection()
     async for e in ledger.read():
@@ -110,7 +110,7 @@ def _effect_now(request: PendingApproval, effects: dict[str, Any]) -> tuple[str,
     claim whose call has no outcome yet is "claimed" (it may still be running), never
     reported as something to resolve.
     """
-    from ..engine._approval import effect_notice
+    from ..engine import effect_notice
 
     key = request.effect_key
     if key is None:
@@ -290,7 +290,7 @@ async def _executor(args: argparse.Namespace, *, write: bool) -> AsyncIterator[A
 async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
     """Ambiguous effect keys, and keys in flight with their holder and lease (or, with
     ``--all``, every key and its status)."""
-    from ..ledger._effect_keys import lease_text
+    from ..ledger import lease_text
 
     async with _executor(args, write=False) as executor:
         effects = []

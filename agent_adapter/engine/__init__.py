@@ -19,6 +19,7 @@ from ._replaying import recorded_error
 from ._run import new_id
 from ._schema import to_strict_schema
 from ._spec import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, Registry, ToolSpec, json_problem, nests_deeper
+from ._state import Projection
 from ._tokens import TokenTable
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Outcome",
     "PendingApproval",
     "Prepared",
+    "Projection",
     "Registry",
     "RunLimits",
     "TokenTable",

@@ -28,7 +28,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
@@ -55,7 +55,7 @@ from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
 from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
-from ._sqlite_mark import check_before_create
+from ._sqlite_mark import check_before_create, mark_path
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
 from ._staging import GroupCommit
@@ -109,11 +109,6 @@ class SQLiteLedger(GroupCommit):
       Use one ledger object from one event loop.
     """
 
-    #: Extra meta rows (name, value) written in the transaction that creates a new file
-    #: (never into an existing one): the demo marks its ledger this way, so that it
-    #: replaces only a file it wrote itself.
-    _marks: tuple[tuple[str, str], ...] = ()
-
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -122,8 +117,13 @@ class SQLiteLedger(GroupCommit):
         key: bytes | None = None,
         busy_timeout_s: float = LOCK_TIMEOUT_S,
         readonly: bool = False,
+        created_meta: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.path = os.fspath(path)
+        # Extra meta rows (name, value) written in the transaction that creates a new file
+        # (never into an existing one): the demo marks its ledger this way, so that it
+        # replaces only a file it wrote itself (read back with ``SQLiteLedger.probe``).
+        self._created_meta = tuple((str(k), str(v)) for k, v in created_meta)
         if self.path == ":memory:" or self.path.startswith("file::memory:"):
             raise ValueError("SQLiteLedger needs a file; use MemoryLedger for memory")
         mode = synchronous.upper()
@@ -149,6 +149,20 @@ class SQLiteLedger(GroupCommit):
         if self.readonly:
             return f"SQLiteLedger({self.path!r}, readonly=True)"
         return f"SQLiteLedger({self.path!r}, synchronous={self.synchronous!r})"
+
+    @staticmethod
+    def probe(path: str | os.PathLike[str]) -> dict[str, str] | None:
+        """The meta rows of the ledger file at ``path``, read without changing anything
+        (no -wal or -shm is created); None for a missing or empty database. Raises
+        ``LedgerError`` for a file that is not an agent-adapter ledger."""
+        return _probe(os.fspath(path))
+
+    @staticmethod
+    def files(path: str | os.PathLike[str]) -> list[str]:
+        """Every file a ledger at ``path`` keeps: the database, SQLite's -wal, -shm and
+        -journal beside it, and the ledger's head mark (wherever links lead)."""
+        base = os.fspath(path)
+        return [mark_path(base), *(base + suffix for suffix in ("", "-wal", "-shm", "-journal"))]
 
     @property
     def keyed(self) -> bool:
@@ -268,7 +282,7 @@ class SQLiteLedger(GroupCommit):
                         ("format", _FORMAT),
                         ("schema_version", str(SCHEMA_VERSION)),
                         ("keyed", "1" if self._key is not None else "0"),
-                        *self._marks,
+                        *self._created_meta,
                     ],
                 )
                 # A head from the start: deleting every event is then caught too.
