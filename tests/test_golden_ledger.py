@@ -339,7 +339,6 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
     asked = {e.call_id: e.request_id for e in events.values() if isinstance(e, ApprovalRequested)}
     g7 = digest({"order_id": "G7", "amount_cents": 100, "note": ""})
     r9 = digest({"order_id": "R9", "amount_cents": 700, "note": ""})
-    ids = {"run_id": RUN}
     kept = {s: e for s, e in events.items() if e.type in NOT_IN_V1 or s == 117}
     assert kept == {
         31: CallAmbiguous(
@@ -350,7 +349,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             key="refund:C3",
             reason="effect refund:C3 is claimed by call c4 (run golden2) whose outcome is "
             "unknown; resolve it with resolve_effect",
-            **ids,
+            run_id=RUN,
         ),
         50: ApprovalRejected(
             ts=1700100000.057,
@@ -361,7 +360,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             source="context",
             digest=g7,
             reason="not this one",
-            **ids,
+            run_id=RUN,
         ),
         51: CallDenied(
             ts=1700100000.057,
@@ -370,7 +369,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             duration_ms=3.000020980834961,
             reviewer="ui",
             reason="not this one",
-            **ids,
+            run_id=RUN,
         ),
         76: ApprovalRejected(
             ts=1700100000.083,
@@ -381,7 +380,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             source="port",
             digest=r9,
             reason="fraud",
-            **ids,
+            run_id=RUN,
         ),
         77: CallDenied(
             ts=1700100000.083,
@@ -390,7 +389,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             duration_ms=3.999948501586914,
             reviewer="dave",
             reason="fraud",
-            **ids,
+            run_id=RUN,
         ),
         89: GuardChecked(
             ts=1700100000.097,
@@ -398,7 +397,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             tool="transfer",
             stage="input",
             verdicts=[GuardVerdict(name="within_limit", ok=True)],
-            **ids,
+            run_id=RUN,
         ),
         94: GuardChecked(
             ts=1700100000.102,
@@ -408,7 +407,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             verdicts=[
                 GuardVerdict(name="within_limit", ok=False, reason="over the transfer limit")
             ],
-            **ids,
+            run_id=RUN,
         ),
         95: CallBlocked(
             ts=1700100000.103,
@@ -418,7 +417,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             stage="input",
             by="within_limit",
             reason="over the transfer limit",
-            **ids,
+            run_id=RUN,
         ),
         98: CallBlocked(
             ts=1700100000.106,
@@ -428,7 +427,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             stage="hook",
             by="golden-hook",
             reason="quiet hours",
-            **ids,
+            run_id=RUN,
         ),
         103: HookFailed(
             ts=1700100000.111,
@@ -437,7 +436,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             hook="golden-hook",
             stage="after_tool",
             error="RuntimeError: pager down",
-            **ids,
+            run_id=RUN,
         ),
         106: CallLimited(
             ts=1700100000.114,
@@ -445,7 +444,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             tool="notify",
             duration_ms=2.000093460083008,
             reason="run golden2 reached max_calls_per_tool=1 for notify",
-            **ids,
+            run_id=RUN,
         ),
         110: CallTimedOut(
             ts=1700100000.118,
@@ -453,7 +452,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             tool="lookup",
             duration_ms=3.000020980834961,
             timeout_s=0.05,
-            **ids,
+            run_id=RUN,
         ),
         114: CallCancelled(
             ts=1700100000.122,
@@ -462,7 +461,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             duration_ms=3.999948501586914,
             started=True,
             counted=True,
-            **ids,
+            run_id=RUN,
         ),
         117: EffectClaimed(
             ts=1700100000.126,
@@ -474,7 +473,7 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             pid=4242,
             host="golden-host",
             lease_until=1700100000.427,
-            **ids,
+            run_id=RUN,
         ),
         119: EffectRenewed(
             ts=1700100000.129,
@@ -482,13 +481,13 @@ def test_golden_v2_records_of_the_tags_v1_lacks() -> None:
             tool="ship",
             key="ship:S1",
             lease_until=1700100000.429,
-            **ids,
+            run_id=RUN,
         ),
         122: UnknownEvent(
             ts=1700100000.132,
             original_type="run.annotated",
             data={"note": "written by a newer version"},
-            **ids,
+            run_id=RUN,
         ),
     }
 
