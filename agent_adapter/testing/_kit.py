@@ -20,6 +20,7 @@ __all__ = [
     "Approve",
     "Attempt",
     "BridgeDriver",
+    "Channel",
     "ConformanceFailure",
     "Deny",
     "Edit",
