@@ -10,6 +10,7 @@ call left to the executor is made with no gate at all, so the executor's own por
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -68,6 +69,29 @@ def _answer(answer: Any, pending: dict[str, Any]) -> dict[str, Any]:
     return update
 
 
+async def _outcome(
+    handle: WorkflowHandle[Any, Any], answer: Any, call_id: str, *, gated: bool
+) -> Reply:
+    """What the workflow gave back; on the way, the gate answered if it asks."""
+    asked = 0
+    if gated and await _at_gate(handle):
+        pending = await handle.query(PENDING_QUERY)
+        mine = [p for p in pending if p["call_id"] == call_id]
+        if mine:
+            asked += 1
+            await handle.execute_update(APPROVE_UPDATE, _answer(answer, mine[0]))
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        kind = error_kind(exc.cause)
+        if kind is None:
+            raise
+        return Reply(kind=kind, channel="host", asked=asked)
+    if result.get("error") is not None:
+        return Reply(kind=result["error"].get("kind"), channel="model", asked=asked)
+    return Reply(value=result["value"], asked=asked)
+
+
 class TemporalDriver:
     """Drives the Temporal bridge through a workflow execution per attempt.
 
@@ -81,13 +105,21 @@ class TemporalDriver:
     ``ApplicationError``, whose type is the kind (channel ``"host"``). ``run_id`` is the
     workflow id and ``call_id`` the id given to ``call_tool``; a repeat under the same
     ids is a second execution of the same workflow id after the first has closed.
+
+    The person's answer is the gate's Update, bound to the digest its Query shows
+    (``asked`` is 1 when the Query showed the call); ``Leave()`` runs the workflow with
+    no gate, so the executor's own port decides; an attempt with no answer has a gate
+    that should never be asked, and is denied ("nobody answered") if it is.
+    ``timeout_s`` bounds each attempt, so a bridge that hangs fails the scenario
+    (``TimeoutError``) instead of the run.
     """
 
     name = NAME
     supports_edit = True
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, timeout_s: float = 60.0) -> None:
         self.client = client
+        self.timeout_s = timeout_s
 
     def channel(self, kind: str) -> Channel:
         """Model-visible kinds are the tool's result; the rest fail the workflow."""
@@ -101,6 +133,7 @@ class TemporalDriver:
         # Leave: nobody will answer, so no gate: the executor's own port decides.
         gated = not isinstance(attempt.answer, Leave)
         plan = {"tool": attempt.tool, "args": attempt.args, "call_id": call_id, "gate": gated}
+        # A task queue per attempt: only this attempt's worker (and executor) serves it.
         queue = f"agent-adapter-kit-{uuid.uuid4().hex}"
         worker = Worker(
             self.client,
@@ -108,24 +141,14 @@ class TemporalDriver:
             workflows=[KitCall],
             activities=ToolActivities(executor).activities,
         )
-        asked = 0
         async with worker:
             handle = await self.client.start_workflow(
                 KitCall.run, plan, id=workflow_id, task_queue=queue
             )
-            if gated and await _at_gate(handle):
-                pending = await handle.query(PENDING_QUERY)
-                mine = [p for p in pending if p["call_id"] == call_id]
-                if mine:
-                    asked += 1
-                    await handle.execute_update(APPROVE_UPDATE, _answer(attempt.answer, mine[0]))
             try:
-                result = await handle.result()
-            except WorkflowFailureError as exc:
-                kind = error_kind(exc.cause)
-                if kind is None:
-                    raise
-                return Reply(kind=kind, channel="host", asked=asked)
-        if result.get("error") is not None:
-            return Reply(kind=result["error"].get("kind"), channel="model", asked=asked)
-        return Reply(value=result["value"], asked=asked)
+                async with asyncio.timeout(self.timeout_s):
+                    return await _outcome(handle, attempt.answer, call_id, gated=gated)
+            except TimeoutError:
+                # Closed, so that a later attempt may start under the same workflow id.
+                await handle.terminate("the conformance driver stopped waiting")
+                raise
