@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from agent_adapter.bridges.temporal import ApprovalGate, call_tool
+    from agent_adapter.integrations.temporal import ApprovalGate, call_tool
 
 __all__ = ["KitCall"]
 

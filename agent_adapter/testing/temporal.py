@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from ..bridges.temporal import (
+from ..engine import Executor
+from ..errors import MODEL_VISIBLE_KINDS
+from ..integrations.temporal import (
     APPROVE_UPDATE,
     NAME,
     PENDING_QUERY,
@@ -25,9 +27,7 @@ from ..bridges.temporal import (
     ToolActivities,
     error_kind,
 )
-from ..engine import Executor
-from ..errors import MODEL_VISIBLE_KINDS
-from ._kit import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
+from . import Approve, Attempt, Deny, Edit, Leave, Reply
 from ._temporal_workflows import KitCall
 
 __all__ = ["KitCall", "TemporalDriver"]
@@ -121,7 +121,8 @@ class TemporalDriver:
         self.client = client
         self.timeout_s = timeout_s
 
-    def channel(self, kind: str) -> Channel:
+    # (Literal, not the kit's Channel: that alias is not exported by agent_adapter.testing.)
+    def channel(self, kind: str) -> Literal["model", "host"]:
         """Model-visible kinds are the tool's result; the rest fail the workflow."""
         return "model" if kind in MODEL_VISIBLE_KINDS else "host"
 
