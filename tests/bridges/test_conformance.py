@@ -1,4 +1,5 @@
-"""The bridge conformance kit, run on both bundled bridges through their real frameworks."""
+"""The bridge conformance kit, run on the OpenAI Agents and MCP bridges through their real
+frameworks (the Temporal bridge's run needs a dev server: temporal/test_temporal_conformance.py)."""
 
 from __future__ import annotations
 
