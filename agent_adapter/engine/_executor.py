@@ -55,7 +55,6 @@ from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
 from ._limits import RunLimits
-from ._prepare import Prepared, prepare
 from ._options import (
     check_approval,
     check_clock,
@@ -66,7 +65,8 @@ from ._options import (
     check_registry,
     check_seconds,
 )
-from ._run import _maybe_await, _name_of, new_id, _Run, _scrub, _Stop, _validated
+from ._prepare import Prepared, prepare
+from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop, _validated, new_id
 from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
 from ._state import Projection
 

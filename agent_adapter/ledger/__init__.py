@@ -12,6 +12,18 @@ from ._audit import (
     replay,
 )
 from ._chain import Record, Verification, chain_hash, check_chain, verify_records
+from ._effect_keys import (
+    AMBIGUOUS,
+    COMMITTED,
+    DEFAULT_LEASE_S,
+    DEFAULT_SKEW_MARGIN_S,
+    FREE,
+    IN_FLIGHT,
+    lease_live,
+    lease_text,
+    status_after_outcome,
+    status_after_resolve,
+)
 from ._events import (
     EVENT_TAGS,
     OUTCOME_TAGS,
@@ -47,18 +59,6 @@ from ._events import (
     UnknownEvent,
     decode_event,
     encode_event,
-)
-from ._effect_keys import (
-    AMBIGUOUS,
-    COMMITTED,
-    DEFAULT_LEASE_S,
-    DEFAULT_SKEW_MARGIN_S,
-    FREE,
-    IN_FLIGHT,
-    lease_live,
-    lease_text,
-    status_after_outcome,
-    status_after_resolve,
 )
 from ._export import export_line, parse_export_line
 from ._follow import EffectTaken, Follow, appending

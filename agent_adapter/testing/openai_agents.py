@@ -13,8 +13,7 @@ import msgspec
 from agents import Agent, RunConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from ..bridges.openai_agents import function_tools, resolve_interruptions, run
-from ..bridges.openai_agents import NAME
+from ..bridges.openai_agents import NAME, function_tools, resolve_interruptions, run
 from ..engine import (
     ApprovalRequest,
     CallbackApproval,

@@ -11,13 +11,12 @@ call left to the executor is made with no gate at all, so the executor's own por
 from __future__ import annotations
 
 import asyncio
-import uuid
-from typing import Any, Literal
+from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from ..engine import Executor
+from ..engine import Executor, new_id
 from ..errors import MODEL_VISIBLE_KINDS
 from ..integrations.temporal import (
     APPROVE_UPDATE,
@@ -27,7 +26,7 @@ from ..integrations.temporal import (
     ToolActivities,
     error_kind,
 )
-from . import Approve, Attempt, Deny, Edit, Leave, Reply
+from . import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
 from ._temporal_workflows import KitCall
 
 __all__ = ["KitCall", "TemporalDriver"]
@@ -121,21 +120,20 @@ class TemporalDriver:
         self.client = client
         self.timeout_s = timeout_s
 
-    # (Literal, not the kit's Channel: that alias is not exported by agent_adapter.testing.)
-    def channel(self, kind: str) -> Literal["model", "host"]:
+    def channel(self, kind: str) -> Channel:
         """Model-visible kinds are the tool's result; the rest fail the workflow."""
         return "model" if kind in MODEL_VISIBLE_KINDS else "host"
 
     async def call(self, executor: Executor, attempt: Attempt) -> Reply:
         """One ``KitCall`` execution; the gate answered as ``attempt.answer`` says."""
         # (DESIGN's bridge contract names engine.new_id; it is not public yet.)
-        workflow_id = attempt.run_id or f"run_{uuid.uuid4().hex}"
-        call_id = attempt.call_id or f"call_{uuid.uuid4().hex}"
+        workflow_id = attempt.run_id or new_id("run")
+        call_id = attempt.call_id or new_id("call")
         # Leave: nobody will answer, so no gate: the executor's own port decides.
         gated = not isinstance(attempt.answer, Leave)
         plan = {"tool": attempt.tool, "args": attempt.args, "call_id": call_id, "gate": gated}
         # A task queue per attempt: only this attempt's worker (and executor) serves it.
-        queue = f"agent-adapter-kit-{uuid.uuid4().hex}"
+        queue = f"agent-adapter-kit-{new_id('queue')}"
         worker = Worker(
             self.client,
             task_queue=queue,
