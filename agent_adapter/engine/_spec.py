@@ -22,7 +22,14 @@ from ._options import check_guards, check_targets
 from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
-__all__ = ["MAX_ARGS_BYTES", "MAX_ARGS_DEPTH", "Registry", "ToolSpec", "json_problem", "nests_deeper"]
+__all__ = [
+    "MAX_ARGS_BYTES",
+    "MAX_ARGS_DEPTH",
+    "Registry",
+    "ToolSpec",
+    "json_problem",
+    "nests_deeper",
+]
 
 #: Arguments larger than this (as JSON text) are refused before they are parsed.
 MAX_ARGS_BYTES = 1 << 20
