@@ -53,3 +53,22 @@ def test_durable_example_runs_the_body_once_across_a_restart() -> None:
         "charged 500 on A1",
         "True",
     ]
+
+
+def test_bridge_contract_example_prints_what_the_readme_says() -> None:
+    """The bridge-contract example: one refund, the repeat answered from the ledger, the
+    denial recorded as approval-denied."""
+    done = subprocess.run(
+        [sys.executable, "-c", _example("bridge-contract")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "refunded 500 on A1",
+        "refunded 500 on A1",
+        "approval-denied",
+    ]
+    assert "prints `refunded 500 on A1` twice, then `approval-denied`" in README.read_text()
