@@ -134,3 +134,53 @@ class CountingLedger:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+#: Outcomes that end a call before its body starts.
+_BEFORE_BODY = frozenset(
+    {"call.limited", "call.cached", "call.duplicate", "call.ambiguous", "call.pending"}
+)
+
+
+def timeline(
+    outcome: str,
+    *,
+    guards: bool = False,
+    approval: str | None = None,
+    effect: bool = False,
+    output_guards: bool = False,
+) -> list[str]:
+    """The event tags one call records, in pipeline order (DESIGN.md, "Executor.run_spec
+    pipeline"), for the expected lists tests compare a call's events with.
+
+    ``guards``: input guards ran (``guard.checked`` before approval); ``approval``:
+    ``"granted"``, ``"denied"`` or ``"pending"`` (a deferred port: ``approval.pending``
+    written by the port); ``effect``: the key was claimed before the body started;
+    ``output_guards``: a ``guard.checked`` after the body (``call.blocked`` then ends a
+    call whose body ran). ``outcome`` is the outcome tag (``"call.succeeded"``, ...).
+    """
+    tags = ["call.requested"]
+    if outcome == "call.invalid":
+        return [*tags, outcome]
+    tags.append("call.validated")
+    if guards:
+        tags.append("guard.checked")
+    if outcome == "call.blocked" and not output_guards:
+        return [*tags, outcome]
+    if outcome == "call.limited":
+        return [*tags, outcome]
+    if approval is not None:
+        tags.append("approval.requested")
+        if approval == "denied":
+            return [*tags, "approval.denied", "call.denied"]
+        if approval == "pending":
+            return [*tags, "approval.pending", "call.pending"]
+        tags.append(f"approval.{approval}")
+    if outcome in _BEFORE_BODY:
+        return [*tags, outcome]
+    if effect:
+        tags.append("effect.claimed")
+    tags.append("call.started")
+    if output_guards:
+        tags.append("guard.checked")
+    return [*tags, outcome]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import structlog
 
 
 class FakeClock:
@@ -26,3 +29,13 @@ def clock() -> FakeClock:
 
 # The PostgreSQL fixtures (a throwaway cluster per session, a schema per test).
 pytest_plugins = ["_pg_fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def _structlog_configuration() -> Iterator[None]:
+    """Each test starts with the structlog configuration the session had: the CLI's
+    in-process runs configure structlog for their process (a filtering logger at CRITICAL
+    when logging is off), which would otherwise silence a later test's capture_logs."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)

@@ -1,0 +1,112 @@
+"""The README's deferred-approval service runs as written: the service waits, a reviewer in
+another process answers with the CLI, the service resumes and the refund runs once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+from agent_adapter.ledger import SQLiteLedger, replay
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+#: Every wait on a child is bounded: a broken test fails instead of hanging.
+TIMEOUT_S = 60.0
+
+
+def block(language: str, tag: str) -> str:
+    """The README's one ``language`` block that starts with ``# example: tag``."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
+    assert len(found) == 1, f"README has {len(found)} {language} examples tagged {tag!r}"
+    return str(found[0])
+
+
+def environment() -> dict[str, str]:
+    """This interpreter's scripts (``agent-adapter``) first on PATH; output unbuffered."""
+    bin_dir = os.path.dirname(sys.executable)
+    return {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONUNBUFFERED": "1",
+        "NO_COLOR": "1",
+    }
+
+
+async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """The service prints the reviewer's command and waits; the reviewer block (run by bash in
+    its own process) lists and approves the request; the service resumes, the refund runs once
+    under alice's approval and the audit finds no problem."""
+    env = environment()
+    service = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        block("python", "deferred-service"),
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert service.stdout is not None and service.stderr is not None
+        first = (await asyncio.wait_for(service.stdout.readline(), TIMEOUT_S)).decode()
+        match = re.fullmatch(
+            r"waiting: agent-adapter approvals approve ([0-9a-f]{32}) --db refunds.db\n", first
+        )
+        assert match is not None, first
+        request_id = match.group(1)
+
+        reviewer = await asyncio.create_subprocess_exec(
+            "bash",
+            "-euc",
+            block("bash", "reviewer"),
+            cwd=tmp_path,
+            env={**env, "REQUEST_ID": request_id},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        said, complaints = await asyncio.wait_for(reviewer.communicate(), TIMEOUT_S)
+        assert (reviewer.returncode, complaints.decode()) == (0, "")
+        listed, approved = said.decode().splitlines()[-2:]
+        assert listed.startswith(request_id) and "ticket-4711  call_1  refund" in listed
+        assert approved == f"approved request {request_id} (refund, run ticket-4711) as alice"
+
+        rest, errors = await asyncio.wait_for(service.communicate(), TIMEOUT_S)
+        assert (service.returncode, rest.decode(), errors.decode()) == (
+            0,
+            "Refunded order A1.\n",
+            "",
+        )
+    finally:
+        if service.returncode is None:
+            service.kill()
+            await service.wait()
+
+    async with SQLiteLedger(tmp_path / "refunds.db", readonly=True) as ledger:
+        events = [event async for event in ledger.read()]
+        verification = await ledger.verify()
+    assert [(e.type, e.call_id) for e in events] == [
+        ("approval.pending", "call_1"),
+        ("approval.answered", "call_1"),
+        ("approval.consumed", "call_1"),
+        ("call.requested", "call_1"),
+        ("call.validated", "call_1"),
+        ("approval.requested", "call_1"),
+        ("approval.granted", "call_1"),
+        ("effect.claimed", "call_1"),
+        ("call.started", "call_1"),
+        ("call.succeeded", "call_1"),
+    ]
+    audit = replay(events, verification)
+    [record] = audit.calls.values()
+    assert [(a.reviewer, a.source) for a in record.approvals] == [("alice", "context")]
+    assert (record.run_id, record.tool, record.outcome) == (
+        "ticket-4711",
+        "refund",
+        "call.succeeded",
+    )
+    assert audit.problems() == []

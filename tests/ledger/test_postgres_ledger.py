@@ -1,0 +1,490 @@
+"""PostgresLedger on a real server: faults, tampering and bad input.
+
+Each test has its own schema on the session's throwaway cluster (``_pg_fixtures``); the
+test of a database that goes away starts a cluster of its own, so that stopping it
+touches no other test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+from _helpers import timeline
+from _pg_cluster import Cluster, binaries
+
+from agent_adapter.errors import LedgerError
+from agent_adapter.ledger import CallRequested, PostgresLedger, Verification
+
+
+def _event(i: int, run_id: str = "r") -> CallRequested:
+    return CallRequested(ts=1.0, run_id=run_id, call_id=f"c{i}", tool="t", args={"i": i})
+
+
+async def _admin(dsn: str) -> asyncpg.Connection:
+    return await asyncpg.connect(dsn)
+
+
+class _FlakyCommit:
+    """The writer's connection, with COMMIT's answer lost once (the connection dies)."""
+
+    def __init__(self, conn: Any, *, lands: bool) -> None:
+        self._conn = conn
+        self._lands = lands
+        self.tripped = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def execute(self, sql: str, *args: Any) -> Any:
+        # The statement that ends an append transaction ends with its COMMIT.
+        if sql.endswith("COMMIT") and not self.tripped:
+            self.tripped = True
+            if self._lands:
+                await self._conn.execute(sql)  # committed; the answer is what is lost
+            self._conn.terminate()  # not committed: the server rolls it back
+            raise ConnectionResetError("connection lost during COMMIT")
+        return await self._conn.execute(sql, *args)
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["committed", "rolled-back"])
+async def test_a_lost_commit_is_read_back_never_appended_twice(
+    postgres_dsn: str, pg_schema: str, lands: bool
+) -> None:
+    """COMMIT's answer lost: the writer reconnects, reads the head under its lock, and
+    either acknowledges the batch that landed or writes once the one that did not."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        flaky = _FlakyCommit(writer._conn, lands=lands)
+        writer._conn = flaky
+        stored = await ledger.append_many([_event(1), _event(2)])
+        assert flaky.tripped
+        assert [e.seq for e in stored] == [2, 3]
+        events = [(e.seq, e.call_id, e.hash) async for e in ledger.read()]
+        assert events == [(1, "c0", events[0][2]), *((e.seq, e.call_id, e.hash) for e in stored)]
+        assert await ledger.verify() == Verification(ok=True, checked=3)
+
+
+async def test_appends_survive_their_backend_being_terminated(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """pg_terminate_backend on the writer's connection, four times while 16 tasks append
+    (each kill 100 acknowledgements after the last): every append is acknowledged once,
+    stored once, and the chain is valid."""
+    admin = await _admin(postgres_dsn)
+    acked: list[tuple[int, str, str]] = []
+    kills: list[int] = []
+    try:
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+            due = asyncio.Event()
+            done = asyncio.Event()
+            target = [100]
+            counter = iter(range(10**6))
+
+            async def appender() -> None:
+                # Each task goes on until the killer is done, and appends at least 20.
+                for n in range(10**6):
+                    if done.is_set() and n >= 20:
+                        return
+                    event = await ledger.append(_event(next(counter)))
+                    acked.append((event.seq, event.call_id, event.hash))
+                    if len(acked) >= target[0]:
+                        due.set()
+
+            async def killer() -> None:
+                while len(kills) < 4:
+                    await due.wait()
+                    due.clear()
+                    writer = ledger._writer
+                    conn = writer._conn if writer is not None else None
+                    if conn is None or conn.is_closed():
+                        continue  # reconnecting: the next acknowledgement tries again
+                    if await admin.fetchval(
+                        "SELECT pg_terminate_backend($1)", conn.get_server_pid()
+                    ):
+                        kills.append(len(acked))
+                        target[0] = len(acked) + 100
+                done.set()
+
+            kill = asyncio.create_task(killer())
+            await asyncio.gather(*(appender() for _ in range(16)))
+            await kill
+            events = [(e.seq, e.call_id, e.hash) async for e in ledger.read()]
+            verification = await ledger.verify()
+    finally:
+        await admin.close()
+    assert len(kills) == 4
+    assert sorted(acked) == events
+    assert [e[0] for e in events] == list(range(1, len(acked) + 1))
+    assert verification == Verification(ok=True, checked=len(acked))
+
+
+async def test_a_row_altered_with_sql_is_named_by_verify(postgres_dsn: str, pg_schema: str) -> None:
+    """An UPDATE of one event's payload: verify names its seq; the executor's chain
+    check on open finds it too."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append_many([_event(i) for i in range(6)])
+    admin = await _admin(postgres_dsn)
+    try:
+        done = await admin.execute(
+            f'UPDATE "{pg_schema}".events SET payload = convert_to(replace('
+            f"convert_from(payload, 'UTF8'), '\"i\":3', '\"i\":4'), 'UTF8') WHERE seq = 4"
+        )
+        assert done == "UPDATE 1"
+    finally:
+        await admin.close()
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=3,
+            first_bad_seq=4,
+            reason="seq 4 does not match its hash (altered)",
+        )
+
+
+async def test_the_last_row_deleted_is_caught_by_the_head(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """DELETE of the last event leaves a chain that links: the head says it ended later.
+    verify names the missing seq, and appends are refused so that the evidence stays."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append_many([_event(i) for i in range(5)])
+    admin = await _admin(postgres_dsn)
+    try:
+        await admin.execute(f'DELETE FROM "{pg_schema}".events WHERE seq = 5')
+    finally:
+        await admin.close()
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=4,
+            first_bad_seq=5,
+            reason="the ledger ends at seq 4 but its head says 5: events were deleted from the end",
+        )
+        with pytest.raises(LedgerError, match="ends at seq 4 but its head says 5"):
+            await ledger.append(_event(9))
+
+
+async def test_rows_written_past_the_head_are_not_ok(postgres_dsn: str, pg_schema: str) -> None:
+    """A row inserted by hand after the last one, chained correctly but without moving
+    the head: verify says not ok at head + 1."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append_many([_event(i) for i in range(3)])
+    copy = MemoryLedgerCopy()
+    for i in range(4):
+        copy.add(_event(i))
+    admin = await _admin(postgres_dsn)
+    try:
+        r = copy.records[3]
+        await admin.execute(
+            f'INSERT INTO "{pg_schema}".events VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
+            r.seq,
+            r.type,
+            r.run_id,
+            r.call_id,
+            r.tool,
+            r.ts,
+            r.payload,
+            r.prev,
+            r.hash,
+        )
+    finally:
+        await admin.close()
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as ledger:
+        assert await ledger.verify() == Verification(
+            ok=False,
+            checked=3,
+            first_bad_seq=4,
+            reason=(
+                "seq 4 to 4 are past the head (seq 3): written without the ledger's head "
+                "(inserted by hand?)"
+            ),
+        )
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        with pytest.raises(LedgerError, match="ends at seq 4 but its head says 3"):
+            await ledger.append(_event(7))
+        assert [e.seq async for e in ledger.read()] == [1, 2, 3, 4]
+
+
+class MemoryLedgerCopy:
+    """The records a ledger would hold for the same events (chained the same way)."""
+
+    def __init__(self) -> None:
+        from agent_adapter.ledger._chain import Record
+
+        self.records: list[Record] = []
+
+    def add(self, event: CallRequested) -> None:
+        from agent_adapter.ledger._chain import make_record
+
+        prev = self.records[-1].hash if self.records else ""
+        self.records.append(make_record(event, len(self.records) + 1, prev))
+
+
+# -- bad input ------------------------------------------------------------------------
+
+
+def _with(dsn: str, **parts: str) -> str:
+    split = urlsplit(dsn)
+    user = parts.get("user", split.username or "")
+    password = parts.get("password", split.password or "")
+    netloc = (
+        f"{user}:{password}@{parts.get('host', split.hostname)}:{parts.get('port', split.port)}"
+    )
+    return split._replace(netloc=netloc, path="/" + parts.get("db", split.path[1:])).geturl()
+
+
+async def _refused(dsn: str, schema: str, **kwargs: Any) -> str:
+    ledger = PostgresLedger(dsn, schema=schema, **kwargs)
+    with pytest.raises(LedgerError) as caught:
+        await ledger.open()
+    await ledger.close()
+    return str(caught.value)
+
+
+async def test_a_wrong_password_is_one_clear_error_without_the_password(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """The server refuses the password: LedgerError naming the database, not the secret."""
+    message = await _refused(_with(postgres_dsn, password="wrong-secret"), pg_schema)
+    assert "refused the password" in message
+    assert "127.0.0.1" in message and f"schema {pg_schema}" in message
+    assert "wrong-secret" not in message and "\n" not in message
+
+
+async def test_a_missing_database_or_role_is_one_clear_error(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A database or a role that does not exist: the server's reason, one line each."""
+    missing_db = await _refused(_with(postgres_dsn, db="nope"), pg_schema)
+    assert 'database "nope" does not exist' in missing_db
+    missing_role = await _refused(_with(postgres_dsn, user="nobody"), pg_schema)
+    assert "refused" in missing_role and "nobody" in missing_role
+
+
+async def test_a_server_that_is_down_at_open(postgres_dsn: str, pg_schema: str) -> None:
+    """Nothing listens on the port: 'connection refused', naming the database."""
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on (bound, never listening)
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+        message = await _refused(_with(postgres_dsn, port=port), pg_schema, timeout_s=2)
+    assert f"127.0.0.1:{port}" in message and "connection refused" in message
+
+
+async def test_a_schema_of_a_newer_version_is_refused(postgres_dsn: str, pg_schema: str) -> None:
+    """schema_version above this version's: refused, nothing written."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+    admin = await _admin(postgres_dsn)
+    try:
+        await admin.execute(
+            f"UPDATE \"{pg_schema}\".meta SET value = '99' WHERE name = 'schema_version'"
+        )
+        message = await _refused(postgres_dsn, pg_schema)
+        count = await admin.fetchval(f'SELECT count(*) FROM "{pg_schema}".events')
+    finally:
+        await admin.close()
+    assert "written by a newer version of agent-adapter (schema version 99" in message
+    assert count == 1
+
+
+async def test_tables_of_another_application_are_never_written(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A schema holding someone else's tables: refused, and nothing is created there."""
+    admin = await _admin(postgres_dsn)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{pg_schema}"')
+        await admin.execute(f'CREATE TABLE "{pg_schema}".orders (id int)')
+        message = await _refused(postgres_dsn, pg_schema)
+        tables = await admin.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", pg_schema
+        )
+    finally:
+        await admin.close()
+    assert "holds tables that are not a ledger's (orders)" in message
+    assert [t[0] for t in tables] == ["orders"]
+
+
+async def test_a_database_that_is_not_utf8_is_refused(postgres_dsn: str, pg_schema: str) -> None:
+    """An SQL_ASCII database: refused before anything is created in it."""
+    admin = await _admin(postgres_dsn)
+    name = f"latin_{pg_schema}"
+    try:
+        await admin.execute(
+            f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"
+            " TEMPLATE template0"
+        )
+        message = await _refused(_with(postgres_dsn, db=name), pg_schema)
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        await admin.close()
+    assert "the database's encoding is SQL_ASCII, not UTF8" in message
+
+
+async def test_a_keyed_ledger_without_its_key(postgres_dsn: str, pg_schema: str) -> None:
+    """Written with a key, opened without: it reads, verify says it cannot check, and
+    appends are refused (they would break the chain)."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, key=b"k1") as ledger:
+        await ledger.append(_event(0))
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        assert [e.call_id async for e in ledger.read()] == ["c0"]
+        verification = await ledger.verify()
+        assert (verification.ok, verification.checked) == (False, 0)
+        assert "cannot be checked without the key" in verification.reason
+        with pytest.raises(LedgerError, match="keyed \\(HMAC\\): appending needs its key"):
+            await ledger.append(_event(1))
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, key=b"wrong") as ledger:
+        with pytest.raises(LedgerError, match="the key does not match the last record"):
+            await ledger.append(_event(1))
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, key=b"k1") as ledger:
+        assert await ledger.verify() == Verification(ok=True, checked=1)
+
+
+async def test_reading_never_creates_a_schema(postgres_dsn: str, pg_schema: str) -> None:
+    """readonly on a schema with no ledger: LedgerError, and no schema was created."""
+    message = await _refused(postgres_dsn, pg_schema, readonly=True)
+    assert "no ledger in this schema (a reading command never creates one)" in message
+    admin = await _admin(postgres_dsn)
+    try:
+        found = await admin.fetchval(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1", pg_schema
+        )
+    finally:
+        await admin.close()
+    assert found == 0
+
+
+def test_bad_arguments_are_refused_at_construction() -> None:
+    """A DSN that is not postgresql://, a schema name that is not plain, two schemas."""
+    with pytest.raises(ValueError, match="postgresql://"):
+        PostgresLedger("ledger.db")
+    with pytest.raises(ValueError, match="expected a plain name"):
+        PostgresLedger("postgresql://h/db", schema='x"; DROP TABLE y; --')
+    with pytest.raises(ValueError, match="differ"):
+        PostgresLedger("postgresql://h/db?schema=a", schema="b")
+    assert PostgresLedger("postgresql://h/db?schema=a&sslmode=disable").schema == "a"
+
+
+async def test_a_database_that_goes_away_fails_appends_after_a_bounded_wait(
+    pg_cluster: Cluster | None,
+) -> None:
+    """The server stops mid-stream: appends wait ``timeout_s`` for it, then fail with
+    LedgerError (not reported done); once it is back, appends go on after the last
+    acknowledged one, and nothing was stored twice."""
+    bindir = binaries()
+    if bindir is None:
+        pytest.skip("needs the PostgreSQL binaries to stop and start a server of its own")
+    cluster = Cluster.start(bindir)
+    try:
+        async with PostgresLedger(cluster.dsn, schema="away", timeout_s=2) as ledger:
+            first = await ledger.append(_event(0))
+            await asyncio.to_thread(cluster.stop_server)
+            with pytest.raises(LedgerError) as caught:
+                await ledger.append(_event(1))
+            assert "schema away" in str(caught.value)
+            assert "connection" in str(caught.value)
+            await asyncio.to_thread(cluster.start_server)
+            second = await ledger.append(_event(2))
+            events = [(e.seq, e.call_id) async for e in ledger.read()]
+            assert (first.seq, second.seq, events) == (1, 2, [(1, "c0"), (2, "c2")])
+            assert await ledger.verify() == Verification(ok=True, checked=2)
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+def test_claim_holders_are_never_reused() -> None:
+    """Each follower of a ledger object claims under its own holder name, also after
+    another follower left (a reused name would let one take over the other's claims)."""
+    from agent_adapter.ledger._follow import Follow
+
+    ledger = PostgresLedger("postgresql://h/db")
+    a, b = Follow(ledger, print, 0), Follow(ledger, print, 0)
+    first = [ledger._holder(a), ledger._holder(b)]
+    ledger._unfollow(a)
+    c = Follow(ledger, print, 0)
+    assert len({*first, ledger._holder(c)}) == 3
+    assert ledger._holder(None) == ""
+
+
+async def test_the_claims_table_refuses_a_claim_the_events_do_not_show(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A claim row written around the events (an operator's tool, a migration) still
+    refuses the key inside the write transaction: the body never runs, and the call ends
+    ambiguous after its tries, with nothing of the refused batches written."""
+    from agent_adapter import Executor, Registry
+    from agent_adapter.errors import AmbiguousEffect
+
+    runs: list[str] = []
+    registry = Registry()
+
+    @registry.tool(effect="refund:{order_id}")
+    async def refund(order_id: str) -> str:
+        runs.append(order_id)
+        return "refunded"
+
+    async with PostgresLedger(postgres_dsn, schema=pg_schema):
+        pass
+    admin = await _admin(postgres_dsn)
+    try:
+        await admin.execute(
+            f'INSERT INTO "{pg_schema}".effect_claims VALUES ($1, $2, $3, $4)',
+            "refund:A1",
+            10**9,
+            "another-tool",
+            0,
+        )
+    finally:
+        await admin.close()
+    ledger = PostgresLedger(postgres_dsn, schema=pg_schema)
+    async with await Executor.open(registry, ledger=ledger) as executor:
+        with pytest.raises(AmbiguousEffect):
+            await executor.call("refund", {"order_id": "A1"}, run_id="r", call_id="c")
+        assert await executor.call("refund", {"order_id": "B2"}, run_id="r", call_id="d")
+    assert runs == ["B2"]
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as ledger:
+        types = [e.type async for e in ledger.read(call_id="c")]
+        assert types == timeline("call.ambiguous")
+        assert (await ledger.verify()).ok
+
+
+def test_without_asyncpg_the_package_imports_and_open_says_what_to_install() -> None:
+    """asyncpg is an extra: without it ``agent_adapter.ledger`` imports, PostgresLedger
+    constructs, and opening says which extra to install (one line, a LedgerError)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys\n"
+        "sys.modules['asyncpg'] = None\n"
+        "from agent_adapter.ledger import PostgresLedger\n"
+        "from agent_adapter.errors import LedgerError\n"
+        "ledger = PostgresLedger('postgresql://app@db.internal/pay')\n"
+        "try:\n"
+        "    asyncio.run(ledger.open())\n"
+        "except LedgerError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "PostgresLedger needs asyncpg: pip install 'agent-adapter[postgres]'\n",
+        "",
+    )
+
+
+async def test_a_dsn_that_does_not_parse_is_one_clear_error(pg_schema: str) -> None:
+    """A port that is not a number: 'the DSN is not valid', naming it, before any network."""
+    message = await _refused("postgresql://app@127.0.0.1:notaport/pay", pg_schema)
+    assert message.startswith("ledger postgresql://app@127.0.0.1:notaport/pay (schema ")
+    assert "opening: the DSN is not valid (" in message
