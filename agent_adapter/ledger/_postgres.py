@@ -22,9 +22,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, verify_records
+from ._chain import Record, Verification, columns_match, verify_records
 from ._events import Event, decode_event
 from ._follow import Follow
+from ._head import check_head, head_mac
 from ._postgres_schema import (
     FORMAT,
     SCHEMA_VERSION,
@@ -37,9 +38,7 @@ from ._postgres_schema import (
     translate,
 )
 from ._protocol import LOCK_TIMEOUT_S
-from ._sqlite_head import _check_head, _head_mac
 from ._sqlite_threads import _Batch
-from ._sqlite_verify import _columns_match
 from ._staging import GroupCommit
 
 if TYPE_CHECKING:
@@ -235,7 +234,7 @@ class PostgresLedger(GroupCommit):
             # A head from the start: deleting every event is caught too.
             await conn.execute(
                 f"INSERT INTO {q(self.schema)}.head (id, seq, hash, mac) VALUES (1, 0, '', $1)",
-                _head_mac(0, "", self._key),
+                head_mac(0, "", self._key),
             )
         return meta
 
@@ -256,7 +255,7 @@ class PostgresLedger(GroupCommit):
             await conn.execute(f"UPDATE {s}.meta SET value = '1' WHERE name = 'keyed'")
             await conn.execute(
                 f"UPDATE {s}.head SET seq = 0, hash = '', mac = $1 WHERE id = 1",
-                _head_mac(0, "", self._key),
+                head_mac(0, "", self._key),
             )
         self._keyed = True
 
@@ -541,7 +540,7 @@ class PostgresLedger(GroupCommit):
                         ended[0] = True
                         return
                     for record in page:
-                        if not mismatch and not _columns_match(record):
+                        if not mismatch and not columns_match(record):
                             mismatch.append(record.seq)
                         if record.seq == head_seq:
                             at_head.append(record.hash)
@@ -572,7 +571,7 @@ class PostgresLedger(GroupCommit):
         if not result.ok:
             return result
         last_seq, last_hash = int(last[0]), str(last[1])
-        verdict = _check_head(
+        verdict = check_head(
             self.where, last_seq, last_hash, at_head[0] if at_head else None, meta, self._key
         )
         if verdict.ok and 0 <= head_seq < last_seq:

@@ -49,9 +49,9 @@ from ..errors import LedgerError
 from ._chain import _damage, chain_hash
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import EffectTaken, Follow
+from ._head import head_mac
 from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
 from ._recordable import UnrecordableEvent
-from ._sqlite_head import _head_mac
 from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer, chain_batch
 
 if TYPE_CHECKING:
@@ -375,19 +375,19 @@ class PgWriter:
             # Where our last commit left the head (checked, with its MAC, when the rows
             # are closed: if another writer moved it, nothing is written and we go again).
             await conn.execute(self._begin_locked)
-            head_seq, head_hash, head_mac = known
+            head_seq, head_hash, old_mac = known
             undisturbed = True
         else:
             await conn.execute("BEGIN")
             head = await conn.fetchrow(self._lock_head)
             if head is None:
                 raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
-            head_seq, head_hash, head_mac = int(head[0]), str(head[1]), str(head[2])
+            head_seq, head_hash, old_mac = int(head[0]), str(head[1]), str(head[2])
             mine = self._mine
             # Nobody wrote since our last commit: the next transaction may expect the head.
             undisturbed = mine is not None and (head_seq, head_hash) == mine[:2]
             if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
-                head_mac, _head_mac(head_seq, head_hash, key)
+                old_mac, head_mac(head_seq, head_hash, key)
             ):
                 # A wrong key (or an altered head): appending would chain under a key
                 # the ledger was not written with.
@@ -435,8 +435,8 @@ class PgWriter:
                 if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
                     raise
                 await self._stale_or_refuse(conn, known, head_seq, head_hash)
-        mac = _head_mac(seq, prev, key)
-        closing = self._closing(head_seq, head_hash, head_mac, seq, prev, mac) if rows else "COMMIT"
+        mac = head_mac(seq, prev, key)
+        closing = self._closing(head_seq, head_hash, old_mac, seq, prev, mac) if rows else "COMMIT"
         try:
             await conn.execute(closing)
         except Exception as exc:

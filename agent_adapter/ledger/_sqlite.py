@@ -35,6 +35,7 @@ from ..errors import LedgerError
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow
+from ._head import head_mac
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _CORRUPT,
@@ -54,7 +55,7 @@ from ._sqlite_files import (
 from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
-from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
+from ._sqlite_head import _PUT_HEAD, _refuse_unkeyed_chain
 from ._sqlite_mark import check_before_create
 from ._sqlite_threads import _Batch, _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
@@ -272,7 +273,7 @@ class SQLiteLedger(GroupCommit):
                     ],
                 )
                 # A head from the start: deleting every event is then caught too.
-                conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
+                conn.execute(_PUT_HEAD, (0, "", head_mac(0, "", self._key)))
                 self._keyed = self._key is not None
             else:
                 migrate = _outdated(conn)
@@ -280,7 +281,7 @@ class SQLiteLedger(GroupCommit):
                 if self._key is not None and not self._keyed:
                     _refuse_unkeyed_chain(conn, self.path, self._key, meta)
                     conn.execute("UPDATE meta SET value = '1' WHERE name = 'keyed'")
-                    conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
+                    conn.execute(_PUT_HEAD, (0, "", head_mac(0, "", self._key)))
                     self._keyed = True
             conn.execute("COMMIT")
         except BaseException:

@@ -31,6 +31,7 @@ from ..errors import LedgerError
 from ._chain import _TAGS, _damage, _sha256, chain_hash
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import Follow, read_since
+from ._head import head_mac, parse_head_seq
 from ._recordable import PAYLOADS, UnrecordableEvent
 from ._recordable import payload as checked_payload
 from ._sqlite_files import (
@@ -43,7 +44,7 @@ from ._sqlite_files import (
     _signature,
     _translate,
 )
-from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD, _head_mac, _head_seq
+from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD
 from ._sqlite_mark import MarkWriter, check_before_create
 
 if TYPE_CHECKING:
@@ -441,7 +442,7 @@ class _Writer(_Worker):
         if head_seq is not None:
             # Appending past a head that names more (or other) events than the table
             # holds would rewrite the head and erase the evidence of a truncation.
-            at = _head_seq(head_seq, self._path)
+            at = parse_head_seq(head_seq, self._path)
             if at > seq or (at == seq and head_hash != prev):
                 raise LedgerError(
                     f"ledger {self._path}: the ledger ends at seq {seq} but its head says "
@@ -501,7 +502,7 @@ class _Writer(_Worker):
             conn.executemany(_INSERT, rows)
             # In the same transaction: the head is exactly as durable as the events.
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
-            mac = _head_mac(seq, prev, key)
+            mac = head_mac(seq, prev, key)
             conn.execute(put, (seq, prev, mac))
         conn.execute("COMMIT")
         if rows:
