@@ -5,7 +5,10 @@ close), appends staged for the writer, reads, ``verify`` and the ``LISTEN`` conn
 Its parts live beside it: ``_postgres_writer`` (the group-commit writer task, effect
 claims, lost commits) and ``_postgres_schema`` (the tables, the checks at open, the
 driver's errors as ``LedgerError``). The semantics are ``SQLiteLedger``'s: the same
-chain, head and follower contract (``_follow``), so an executor cannot tell them apart.
+chain, head and follower contract (``_follow``), so an executor cannot tell them apart;
+the code of it both stores share is in neutral modules: ``_staging`` (the front of a
+group commit), ``_batches`` and ``_chaining`` (a commit's batches) and ``_head`` (the
+head's MAC and its check).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError
+from ._batches import Batch
 from ._chain import Record, Verification, columns_match, verify_records
 from ._events import Event, decode_event
 from ._follow import Follow
@@ -38,7 +42,6 @@ from ._postgres_schema import (
     translate,
 )
 from ._protocol import LOCK_TIMEOUT_S
-from ._sqlite_threads import _Batch
 from ._staging import GroupCommit
 
 if TYPE_CHECKING:
@@ -116,7 +119,7 @@ class PostgresLedger(GroupCommit):
         self._listening: asyncio.Task[None] | None = None
         self._notified = asyncio.Event()
         self._announced = 0
-        self._staged: list[_Batch] = []
+        self._staged: list[Batch] = []
         self._kick_scheduled = False
         self._follows: tuple[Follow, ...] = ()
         self._holders: dict[Follow, str] = {}
@@ -333,7 +336,7 @@ class PostgresLedger(GroupCommit):
     def _where(self) -> str:
         return self.where
 
-    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+    def _put_staged(self, writer: Any, staged: list[Batch]) -> None:
         writer.put(staged)
 
     # -- LISTEN ----------------------------------------------------------------------------

@@ -46,13 +46,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import LedgerError
+from ._batches import Batch, Written, hand_over, settle_batches, wake
 from ._chain import _damage, chain_hash
+from ._chaining import chain_batch, mixed, unchain
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import EffectTaken, Follow
 from ._head import head_mac
 from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
 from ._recordable import UnrecordableEvent
-from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer, chain_batch
 
 if TYPE_CHECKING:
     import asyncpg
@@ -69,9 +70,8 @@ _HEX = re.compile(r"[0-9a-f]{64}|")
 # The text a failed check of _closing casts to an integer, to abort the transaction.
 _STALE_MARK = "agent-adapter: the head moved"
 _COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
-# One written batch, for the followers that did not append it (see _sqlite_threads).
-_Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
-_Done = tuple[list[Event], int, list[_Written]]
+# What a commit leaves for the followers (see _batches.hand_over).
+_Done = tuple[list[Event], int, list[Written]]
 
 
 class _LostCommit(Exception):
@@ -130,7 +130,7 @@ class PgWriter:
         self._key = ledger._key
         self._wait_s = ledger.timeout_s
         self._conn: asyncpg.Connection | None = conn
-        self._pending: list[_Batch] = []
+        self._pending: list[Batch] = []
         self._wakeup = asyncio.Event()
         self._stopping = False
         #: the highest seq a NOTIFY announced (a hint that idle followers lag)
@@ -172,13 +172,13 @@ class PgWriter:
 
     # -- the loop side -------------------------------------------------------------------
 
-    def put(self, batches: list[_Batch]) -> None:
+    def put(self, batches: list[Batch]) -> None:
         """Queue ``batches`` for the next transaction (refused once stopping)."""
         if self._stopping:
             error = LedgerError(f"ledger {self._where} is closed")
             for batch in batches:
                 batch.error = error
-            _settle_batches(batches)
+            settle_batches(batches)
             return
         self._pending.extend(batches)
         self._wakeup.set()
@@ -209,8 +209,8 @@ class PgWriter:
                 if batches:
                     done = await self._write(batches, follows)
                     # Before the waiters wake: a refused claim finds its cause applied.
-                    _Writer._hand_over(follows, batches, done)
-                    _Writer._wake(batches)
+                    hand_over(follows, batches, done)
+                    wake(batches)
                 elif follows and self.hint > min(f.delivered for f in follows):
                     await self._deliver(follows)
             except Exception:  # never out of the task: its waiters would hang
@@ -219,7 +219,7 @@ class PgWriter:
                 for batch in batches:
                     if batch.error is None and not batch.future.done():
                         batch.error = error
-                _settle_batches(batches)
+                settle_batches(batches)
             if self._stopping and not self._pending:
                 return
 
@@ -234,7 +234,7 @@ class PgWriter:
             _log.warning("ledger %s: catching up followers failed: %s", self._where, exc)
             return
         if foreign:
-            _Writer._hand_over(follows, [], (foreign, foreign[-1].seq, []))
+            hand_over(follows, [], (foreign, foreign[-1].seq, []))
 
     # -- transactions --------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class PgWriter:
         if conn is not None:
             conn.terminate()
 
-    async def _write(self, batches: list[_Batch], follows: tuple[Follow, ...]) -> _Done | None:
+    async def _write(self, batches: list[Batch], follows: tuple[Follow, ...]) -> _Done | None:
         """Commit ``batches`` (see the module docstring); None when they failed."""
         deadline = time.monotonic() + self._wait_s
         pause = 0.05
@@ -325,11 +325,11 @@ class PgWriter:
                 self._fail(batches, error)
                 return None
 
-    def _fail(self, batches: list[_Batch], error: BaseException) -> None:
+    def _fail(self, batches: list[Batch], error: BaseException) -> None:
         for batch in batches:
             if batch.error is None:
                 batch.error = error
-            _unchain(batch.events)
+            unchain(batch.events)
 
     async def _rollback(self) -> None:
         self._known = None
@@ -362,7 +362,7 @@ class PgWriter:
     async def _transaction(
         self,
         conn: asyncpg.Connection,
-        batches: list[_Batch],
+        batches: list[Batch],
         follows: tuple[Follow, ...],
         refused: dict[int, EffectTaken],
     ) -> _Done:
@@ -399,15 +399,15 @@ class PgWriter:
             if seq > since:
                 foreign = await read_since(conn, self._schema, since, where)
         here: dict[str, tuple[int, Follow | None]] | None = (
-            {} if follows and _mixed(batches) else None
+            {} if follows and mixed(batches) else None
         )
-        written: list[_Written] = []
+        written: list[Written] = []
         rows: list[tuple[Any, ...]] = []
         # The claims to write: key -> (seq, holder, horizon, batch index)
         claims: dict[str, tuple[int, str, int, int]] = {}
         for index, batch in enumerate(batches):
             if batch.error is not None:  # refused by the claims table in an earlier try
-                _unchain(batch.events)
+                unchain(batch.events)
                 continue
             owner = batch.owner
             done = chain_batch(batch, seq, prev, key, where, foreign, here)

@@ -4,9 +4,13 @@ This module holds the ledger class: its lifecycle (open, create, close), appends
 for the writer, and reads and verification submitted to the reader. Its parts live
 beside it: ``_sqlite_threads`` (the writer and reader threads, group commit, delivery
 to the event loop), ``_sqlite_files`` (schema, the read-only probe, snapshot opening,
-error translation), ``_sqlite_head`` (the authenticated head), ``_sqlite_mark`` (the
-mark beside the file, which a damaged WAL cannot take back) and ``_sqlite_verify`` (what
-``verify`` checks, in order); their docstrings say how each works.
+error translation), ``_sqlite_head`` (the authenticated head's rows in meta),
+``_sqlite_mark`` (the mark beside the file, which a damaged WAL cannot take back) and
+``_sqlite_verify`` (what ``verify`` checks, in order); their docstrings say how each
+works. What it shares with the Postgres store lives in neutral modules: ``_staging``
+(the front of a group commit), ``_batches`` and ``_chaining`` (a commit's batches:
+chained, handed to the followers, their waiters woken) and ``_head`` (the head's MAC
+and its check).
 
 Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
 acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
@@ -32,6 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..errors import LedgerError
+from ._batches import Batch
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow
@@ -57,7 +62,7 @@ from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
 from ._sqlite_head import _PUT_HEAD, _refuse_unkeyed_chain
 from ._sqlite_mark import check_before_create
-from ._sqlite_threads import _Batch, _ReadOnlyReader, _Worker, _Writer
+from ._sqlite_threads import _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
 from ._staging import GroupCommit
 
@@ -141,7 +146,7 @@ class SQLiteLedger(GroupCommit):
         self._reader: _Worker | None = None
         self._readonly_message = f"ledger {self.path} is open read-only"
         self._open_lock = asyncio.Lock()
-        self._staged: list[_Batch] = []
+        self._staged: list[Batch] = []
         self._kick_scheduled = False
         self._closed = False
         self._follows: tuple[Follow, ...] = ()  # replaced whole: the writer reads it
@@ -363,7 +368,7 @@ class SQLiteLedger(GroupCommit):
     def _where(self) -> str:
         return str(self.path)
 
-    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+    def _put_staged(self, writer: Any, staged: list[Batch]) -> None:
         writer.queue.put(staged)
 
     # -- reads --------------------------------------------------------------------------
