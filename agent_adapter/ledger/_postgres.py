@@ -5,10 +5,10 @@ close), appends staged for the writer, reads, ``verify`` and the ``LISTEN`` conn
 Its parts live beside it: ``_postgres_writer`` (the group-commit writer task, effect
 claims, lost commits) and ``_postgres_schema`` (the tables, the checks at open, the
 driver's errors as ``LedgerError``). The semantics are ``SQLiteLedger``'s: the same
-chain, head and follower contract (``_follow``), so an executor cannot tell them apart;
-the code of it both stores share is in neutral modules: ``_staging`` (the front of a
-group commit), ``_batches`` and ``_chaining`` (a commit's batches) and ``_head`` (the
-head's MAC and its check).
+chain, head and follower contract (``_follow``), so an executor cannot tell them apart.
+What both stores share lives in neutral modules: ``_staging`` (the front of a group
+commit), ``_batches`` and ``_chaining`` (a commit's batches) and ``_head`` (the head's
+MAC and its check).
 """
 
 from __future__ import annotations
@@ -41,13 +41,12 @@ from ._postgres_schema import (
     split_dsn,
     translate,
 )
+from ._postgres_writer import PgWriter
 from ._protocol import LOCK_TIMEOUT_S
 from ._staging import GroupCommit
 
 if TYPE_CHECKING:
     import asyncpg
-
-    from ._postgres_writer import PgWriter
 
 __all__ = ["PostgresLedger"]
 
@@ -184,8 +183,6 @@ class PostgresLedger(GroupCommit):
             try:
                 await self._prepare(reader)
                 if not self.readonly:
-                    from ._postgres_writer import PgWriter
-
                     conn = await self._connect("opening")
                     self._writer = PgWriter(self, conn)
             except BaseException:

@@ -41,7 +41,7 @@ import hmac
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -58,8 +58,6 @@ from ._recordable import UnrecordableEvent
 if TYPE_CHECKING:
     import asyncpg
 
-    from ._postgres import PostgresLedger
-
 __all__ = ["PgWriter", "read_since"]
 
 _log = logging.getLogger("agent_adapter.ledger")
@@ -72,6 +70,38 @@ _STALE_MARK = "agent-adapter: the head moved"
 _COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
 # What a commit leaves for the followers (see _batches.hand_over).
 _Done = tuple[list[Event], int, list[Written]]
+
+
+class _Store(Protocol):
+    """What the writer uses of its ``PostgresLedger`` (which passes itself)."""
+
+    @property
+    def schema(self) -> str: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def _key(self) -> bytes | None: ...
+
+    @property
+    def _follows(self) -> tuple[Follow, ...]:
+        """Read once per wake-up (replaced whole, never changed in place)."""
+        ...
+
+    async def _connect(self, doing: str) -> asyncpg.Connection:
+        """A new connection; ``LedgerError`` naming the database."""
+        ...
+
+    def _holder(self, owner: Follow | None) -> str:
+        """The holder name a claim of ``owner``'s is written with."""
+        ...
 
 
 class _LostCommit(Exception):
@@ -123,7 +153,7 @@ async def read_since(conn: asyncpg.Connection, schema: str, after: int, where: s
 class PgWriter:
     """The group-commit writer of one ``PostgresLedger`` (see the module docstring)."""
 
-    def __init__(self, ledger: PostgresLedger, conn: asyncpg.Connection) -> None:
+    def __init__(self, ledger: _Store, conn: asyncpg.Connection) -> None:
         self._ledger = ledger
         self._schema = ledger.schema
         self._where = ledger.where

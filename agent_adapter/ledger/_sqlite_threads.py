@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import LedgerError
 from ._batches import Batch, Written, hand_over, wake
@@ -48,14 +48,29 @@ from ._sqlite_files import (
 from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD
 from ._sqlite_mark import MarkWriter, check_before_create
 
-if TYPE_CHECKING:
-    from ._sqlite import SQLiteLedger
-
 _INSERT = (
     "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _STOP = object()
+
+
+class _Store(Protocol):
+    """What the threads read of their ``SQLiteLedger`` (which passes itself)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def _key(self) -> bytes | None: ...
+
+    @property
+    def _busy_timeout_s(self) -> float: ...
+
+    @property
+    def _follows(self) -> tuple[Follow, ...]:
+        """Read by the writer thread once per commit (replaced whole, never changed)."""
+        ...
 
 
 def _deliver(
@@ -157,7 +172,7 @@ class _ReadOnlyReader(_Worker):
     result is kept only if the file did not change while it ran.
     """
 
-    def __init__(self, ledger: SQLiteLedger) -> None:
+    def __init__(self, ledger: _Store) -> None:
         super().__init__(f"agent-adapter ledger reader {ledger.path}", ledger.path, self._open)
         self._path = ledger.path
         self._wait_s = ledger._busy_timeout_s
@@ -204,7 +219,7 @@ class _Writer(_Worker):
     appends are acknowledged.
     """
 
-    def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, ledger: _Store, connect: Callable[[], sqlite3.Connection]) -> None:
         mark = MarkWriter(ledger.path, ledger._key, ledger._busy_timeout_s)
 
         def connect_and_check() -> sqlite3.Connection:
