@@ -43,8 +43,9 @@ from agent_adapter.ledger._events import (
     Event,
 )
 from agent_adapter.ledger._follow import appending
+from agent_adapter.ledger._head import head_mac as _head_mac
 from agent_adapter.ledger._sqlite_files import _FORMAT, _SCHEMA, SCHEMA_VERSION
-from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD, _head_mac
+from agent_adapter.ledger._sqlite_head import _PUT_HEAD, _UPDATE_HEAD
 from agent_adapter.ledger._sqlite_threads import _INSERT
 
 #: call ids, unique within the process

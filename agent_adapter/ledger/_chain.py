@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from ._events import Event
+from ._events import Event, UnknownEvent, decode_event
 from ._recordable import payload as checked_payload
 
 __all__ = [
@@ -208,6 +208,28 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
         expected_seq += 1
         checked += 1
     return Verification(ok=True, checked=checked)
+
+
+def columns_match(record: Record) -> bool:
+    """True when the indexed columns of ``record`` are those of its payload's event.
+
+    The hash covers the payload; reads filter on the indexed columns. So ``verify()``
+    of every store checks that the columns say what the payload says, or a filtered
+    read could hide events.
+    """
+    try:
+        event = decode_event(record.payload)
+    except Exception:
+        return False
+    # An event of a type this version does not know decodes as UnknownEvent.
+    kind = event.original_type if isinstance(event, UnknownEvent) else event.type
+    return (kind, event.run_id, event.call_id, event.tool, event.ts) == (
+        record.type,
+        record.run_id,
+        record.call_id,
+        record.tool,
+        record.ts,
+    )
 
 
 def check_chain(

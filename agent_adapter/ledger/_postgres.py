@@ -6,6 +6,9 @@ Its parts live beside it: ``_postgres_writer`` (the group-commit writer task, ef
 claims, lost commits) and ``_postgres_schema`` (the tables, the checks at open, the
 driver's errors as ``LedgerError``). The semantics are ``SQLiteLedger``'s: the same
 chain, head and follower contract (``_follow``), so an executor cannot tell them apart.
+What both stores share lives in neutral modules: ``_staging`` (the front of a group
+commit), ``_batches`` and ``_chaining`` (a commit's batches) and ``_head`` (the head's
+MAC and its check).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, verify_records
+from ._batches import Batch
+from ._chain import Record, Verification, columns_match, verify_records
 from ._events import Event, decode_event
 from ._follow import Follow
+from ._head import check_head, head_mac
 from ._postgres_schema import (
     FORMAT,
     SCHEMA_VERSION,
@@ -36,16 +41,12 @@ from ._postgres_schema import (
     split_dsn,
     translate,
 )
+from ._postgres_writer import PgWriter
 from ._protocol import LOCK_TIMEOUT_S
-from ._sqlite_head import _check_head, _head_mac
-from ._sqlite_threads import _Batch
-from ._sqlite_verify import _columns_match
 from ._staging import GroupCommit
 
 if TYPE_CHECKING:
     import asyncpg
-
-    from ._postgres_writer import PgWriter
 
 __all__ = ["PostgresLedger"]
 
@@ -117,7 +118,7 @@ class PostgresLedger(GroupCommit):
         self._listening: asyncio.Task[None] | None = None
         self._notified = asyncio.Event()
         self._announced = 0
-        self._staged: list[_Batch] = []
+        self._staged: list[Batch] = []
         self._kick_scheduled = False
         self._follows: tuple[Follow, ...] = ()
         self._holders: dict[Follow, str] = {}
@@ -182,8 +183,6 @@ class PostgresLedger(GroupCommit):
             try:
                 await self._prepare(reader)
                 if not self.readonly:
-                    from ._postgres_writer import PgWriter
-
                     conn = await self._connect("opening")
                     self._writer = PgWriter(self, conn)
             except BaseException:
@@ -235,7 +234,7 @@ class PostgresLedger(GroupCommit):
             # A head from the start: deleting every event is caught too.
             await conn.execute(
                 f"INSERT INTO {q(self.schema)}.head (id, seq, hash, mac) VALUES (1, 0, '', $1)",
-                _head_mac(0, "", self._key),
+                head_mac(0, "", self._key),
             )
         return meta
 
@@ -256,7 +255,7 @@ class PostgresLedger(GroupCommit):
             await conn.execute(f"UPDATE {s}.meta SET value = '1' WHERE name = 'keyed'")
             await conn.execute(
                 f"UPDATE {s}.head SET seq = 0, hash = '', mac = $1 WHERE id = 1",
-                _head_mac(0, "", self._key),
+                head_mac(0, "", self._key),
             )
         self._keyed = True
 
@@ -334,7 +333,7 @@ class PostgresLedger(GroupCommit):
     def _where(self) -> str:
         return self.where
 
-    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+    def _put_staged(self, writer: Any, staged: list[Batch]) -> None:
         writer.put(staged)
 
     # -- LISTEN ----------------------------------------------------------------------------
@@ -541,7 +540,7 @@ class PostgresLedger(GroupCommit):
                         ended[0] = True
                         return
                     for record in page:
-                        if not mismatch and not _columns_match(record):
+                        if not mismatch and not columns_match(record):
                             mismatch.append(record.seq)
                         if record.seq == head_seq:
                             at_head.append(record.hash)
@@ -572,7 +571,7 @@ class PostgresLedger(GroupCommit):
         if not result.ok:
             return result
         last_seq, last_hash = int(last[0]), str(last[1])
-        verdict = _check_head(
+        verdict = check_head(
             self.where, last_seq, last_hash, at_head[0] if at_head else None, meta, self._key
         )
         if verdict.ok and 0 <= head_seq < last_seq:

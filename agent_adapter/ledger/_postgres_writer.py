@@ -41,23 +41,22 @@ import hmac
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from ..errors import LedgerError
+from ._batches import Batch, Written, hand_over, settle_batches, wake
 from ._chain import _damage, chain_hash
+from ._chaining import chain_batch, mixed, unchain
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import EffectTaken, Follow
+from ._head import head_mac
 from ._postgres_schema import connection_lost, q, retryable, server_refused, translate
 from ._recordable import UnrecordableEvent
-from ._sqlite_head import _head_mac
-from ._sqlite_threads import _Batch, _mixed, _settle_batches, _unchain, _Writer, chain_batch
 
 if TYPE_CHECKING:
     import asyncpg
-
-    from ._postgres import PostgresLedger
 
 __all__ = ["PgWriter", "read_since"]
 
@@ -69,9 +68,40 @@ _HEX = re.compile(r"[0-9a-f]{64}|")
 # The text a failed check of _closing casts to an integer, to abort the transaction.
 _STALE_MARK = "agent-adapter: the head moved"
 _COLUMNS = ["seq", "type", "run_id", "call_id", "tool", "ts", "payload", "prev", "hash"]
-# One written batch, for the followers that did not append it (see _sqlite_threads).
-_Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
-_Done = tuple[list[Event], int, list[_Written]]
+# What a commit leaves for the followers (see _batches.hand_over).
+_Done = tuple[list[Event], int, list[Written]]
+
+
+class _Store(Protocol):
+    """What the writer uses of its ``PostgresLedger`` (which passes itself)."""
+
+    @property
+    def schema(self) -> str: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def _key(self) -> bytes | None: ...
+
+    @property
+    def _follows(self) -> tuple[Follow, ...]:
+        """Read once per wake-up (replaced whole, never changed in place)."""
+        ...
+
+    async def _connect(self, doing: str) -> asyncpg.Connection:
+        """A new connection; ``LedgerError`` naming the database."""
+        ...
+
+    def _holder(self, owner: Follow | None) -> str:
+        """The holder name a claim of ``owner``'s is written with."""
+        ...
 
 
 class _LostCommit(Exception):
@@ -123,14 +153,14 @@ async def read_since(conn: asyncpg.Connection, schema: str, after: int, where: s
 class PgWriter:
     """The group-commit writer of one ``PostgresLedger`` (see the module docstring)."""
 
-    def __init__(self, ledger: PostgresLedger, conn: asyncpg.Connection) -> None:
+    def __init__(self, ledger: _Store, conn: asyncpg.Connection) -> None:
         self._ledger = ledger
         self._schema = ledger.schema
         self._where = ledger.where
         self._key = ledger._key
         self._wait_s = ledger.timeout_s
         self._conn: asyncpg.Connection | None = conn
-        self._pending: list[_Batch] = []
+        self._pending: list[Batch] = []
         self._wakeup = asyncio.Event()
         self._stopping = False
         #: the highest seq a NOTIFY announced (a hint that idle followers lag)
@@ -172,13 +202,13 @@ class PgWriter:
 
     # -- the loop side -------------------------------------------------------------------
 
-    def put(self, batches: list[_Batch]) -> None:
+    def put(self, batches: list[Batch]) -> None:
         """Queue ``batches`` for the next transaction (refused once stopping)."""
         if self._stopping:
             error = LedgerError(f"ledger {self._where} is closed")
             for batch in batches:
                 batch.error = error
-            _settle_batches(batches)
+            settle_batches(batches)
             return
         self._pending.extend(batches)
         self._wakeup.set()
@@ -209,8 +239,8 @@ class PgWriter:
                 if batches:
                     done = await self._write(batches, follows)
                     # Before the waiters wake: a refused claim finds its cause applied.
-                    _Writer._hand_over(follows, batches, done)
-                    _Writer._wake(batches)
+                    hand_over(follows, batches, done)
+                    wake(batches)
                 elif follows and self.hint > min(f.delivered for f in follows):
                     await self._deliver(follows)
             except Exception:  # never out of the task: its waiters would hang
@@ -219,7 +249,7 @@ class PgWriter:
                 for batch in batches:
                     if batch.error is None and not batch.future.done():
                         batch.error = error
-                _settle_batches(batches)
+                settle_batches(batches)
             if self._stopping and not self._pending:
                 return
 
@@ -234,7 +264,7 @@ class PgWriter:
             _log.warning("ledger %s: catching up followers failed: %s", self._where, exc)
             return
         if foreign:
-            _Writer._hand_over(follows, [], (foreign, foreign[-1].seq, []))
+            hand_over(follows, [], (foreign, foreign[-1].seq, []))
 
     # -- transactions --------------------------------------------------------------------
 
@@ -264,7 +294,7 @@ class PgWriter:
         if conn is not None:
             conn.terminate()
 
-    async def _write(self, batches: list[_Batch], follows: tuple[Follow, ...]) -> _Done | None:
+    async def _write(self, batches: list[Batch], follows: tuple[Follow, ...]) -> _Done | None:
         """Commit ``batches`` (see the module docstring); None when they failed."""
         deadline = time.monotonic() + self._wait_s
         pause = 0.05
@@ -325,11 +355,11 @@ class PgWriter:
                 self._fail(batches, error)
                 return None
 
-    def _fail(self, batches: list[_Batch], error: BaseException) -> None:
+    def _fail(self, batches: list[Batch], error: BaseException) -> None:
         for batch in batches:
             if batch.error is None:
                 batch.error = error
-            _unchain(batch.events)
+            unchain(batch.events)
 
     async def _rollback(self) -> None:
         self._known = None
@@ -362,7 +392,7 @@ class PgWriter:
     async def _transaction(
         self,
         conn: asyncpg.Connection,
-        batches: list[_Batch],
+        batches: list[Batch],
         follows: tuple[Follow, ...],
         refused: dict[int, EffectTaken],
     ) -> _Done:
@@ -375,19 +405,19 @@ class PgWriter:
             # Where our last commit left the head (checked, with its MAC, when the rows
             # are closed: if another writer moved it, nothing is written and we go again).
             await conn.execute(self._begin_locked)
-            head_seq, head_hash, head_mac = known
+            head_seq, head_hash, old_mac = known
             undisturbed = True
         else:
             await conn.execute("BEGIN")
             head = await conn.fetchrow(self._lock_head)
             if head is None:
                 raise LedgerError(f"ledger {where}: its head row is missing; see ledger verify")
-            head_seq, head_hash, head_mac = int(head[0]), str(head[1]), str(head[2])
+            head_seq, head_hash, old_mac = int(head[0]), str(head[1]), str(head[2])
             mine = self._mine
             # Nobody wrote since our last commit: the next transaction may expect the head.
             undisturbed = mine is not None and (head_seq, head_hash) == mine[:2]
             if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
-                head_mac, _head_mac(head_seq, head_hash, key)
+                old_mac, head_mac(head_seq, head_hash, key)
             ):
                 # A wrong key (or an altered head): appending would chain under a key
                 # the ledger was not written with.
@@ -399,15 +429,15 @@ class PgWriter:
             if seq > since:
                 foreign = await read_since(conn, self._schema, since, where)
         here: dict[str, tuple[int, Follow | None]] | None = (
-            {} if follows and _mixed(batches) else None
+            {} if follows and mixed(batches) else None
         )
-        written: list[_Written] = []
+        written: list[Written] = []
         rows: list[tuple[Any, ...]] = []
         # The claims to write: key -> (seq, holder, horizon, batch index)
         claims: dict[str, tuple[int, str, int, int]] = {}
         for index, batch in enumerate(batches):
             if batch.error is not None:  # refused by the claims table in an earlier try
-                _unchain(batch.events)
+                unchain(batch.events)
                 continue
             owner = batch.owner
             done = chain_batch(batch, seq, prev, key, where, foreign, here)
@@ -435,8 +465,8 @@ class PgWriter:
                 if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
                     raise
                 await self._stale_or_refuse(conn, known, head_seq, head_hash)
-        mac = _head_mac(seq, prev, key)
-        closing = self._closing(head_seq, head_hash, head_mac, seq, prev, mac) if rows else "COMMIT"
+        mac = head_mac(seq, prev, key)
+        closing = self._closing(head_seq, head_hash, old_mac, seq, prev, mac) if rows else "COMMIT"
         try:
             await conn.execute(closing)
         except Exception as exc:

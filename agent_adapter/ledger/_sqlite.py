@@ -4,9 +4,13 @@ This module holds the ledger class: its lifecycle (open, create, close), appends
 for the writer, and reads and verification submitted to the reader. Its parts live
 beside it: ``_sqlite_threads`` (the writer and reader threads, group commit, delivery
 to the event loop), ``_sqlite_files`` (schema, the read-only probe, snapshot opening,
-error translation), ``_sqlite_head`` (the authenticated head), ``_sqlite_mark`` (the
-mark beside the file, which a damaged WAL cannot take back) and ``_sqlite_verify`` (what
-``verify`` checks, in order); their docstrings say how each works.
+error translation), ``_sqlite_head`` (the authenticated head's rows in meta),
+``_sqlite_mark`` (the mark beside the file, which a damaged WAL cannot take back) and
+``_sqlite_verify`` (what ``verify`` checks, in order); their docstrings say how each
+works. What it shares with the Postgres store lives in neutral modules: ``_staging``
+(the front of a group commit), ``_batches`` and ``_chaining`` (a commit's batches:
+chained, handed to the followers, their waiters woken) and ``_head`` (the head's MAC
+and its check).
 
 Durability. ``synchronous="FULL"`` (the default) fsyncs the WAL at every commit: an
 acknowledged event survives a power cut. ``"NORMAL"`` skips that fsync: an acknowledged
@@ -32,9 +36,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..errors import LedgerError
+from ._batches import Batch
 from ._chain import Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow
+from ._head import head_mac
 from ._protocol import LOCK_TIMEOUT_S
 from ._sqlite_files import (
     _CORRUPT,
@@ -54,9 +60,9 @@ from ._sqlite_files import (
 from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
-from ._sqlite_head import _PUT_HEAD, _head_mac, _refuse_unkeyed_chain
+from ._sqlite_head import _PUT_HEAD, _refuse_unkeyed_chain
 from ._sqlite_mark import check_before_create, mark_path
-from ._sqlite_threads import _Batch, _ReadOnlyReader, _Worker, _Writer
+from ._sqlite_threads import _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
 from ._staging import GroupCommit
 
@@ -140,7 +146,7 @@ class SQLiteLedger(GroupCommit):
         self._reader: _Worker | None = None
         self._readonly_message = f"ledger {self.path} is open read-only"
         self._open_lock = asyncio.Lock()
-        self._staged: list[_Batch] = []
+        self._staged: list[Batch] = []
         self._kick_scheduled = False
         self._closed = False
         self._follows: tuple[Follow, ...] = ()  # replaced whole: the writer reads it
@@ -286,7 +292,7 @@ class SQLiteLedger(GroupCommit):
                     ],
                 )
                 # A head from the start: deleting every event is then caught too.
-                conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
+                conn.execute(_PUT_HEAD, (0, "", head_mac(0, "", self._key)))
                 self._keyed = self._key is not None
             else:
                 migrate = _outdated(conn)
@@ -294,7 +300,7 @@ class SQLiteLedger(GroupCommit):
                 if self._key is not None and not self._keyed:
                     _refuse_unkeyed_chain(conn, self.path, self._key, meta)
                     conn.execute("UPDATE meta SET value = '1' WHERE name = 'keyed'")
-                    conn.execute(_PUT_HEAD, (0, "", _head_mac(0, "", self._key)))
+                    conn.execute(_PUT_HEAD, (0, "", head_mac(0, "", self._key)))
                     self._keyed = True
             conn.execute("COMMIT")
         except BaseException:
@@ -376,7 +382,7 @@ class SQLiteLedger(GroupCommit):
     def _where(self) -> str:
         return str(self.path)
 
-    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+    def _put_staged(self, writer: Any, staged: list[Batch]) -> None:
         writer.queue.put(staged)
 
     # -- reads --------------------------------------------------------------------------

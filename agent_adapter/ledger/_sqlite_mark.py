@@ -6,7 +6,7 @@ frames up to the first damaged one (a WAL cut short, a changed byte, a removed -
 and silently drops the rest: events and head roll back together, and the shorter
 ledger verifies. The mark is outside the WAL: after each commit that appended, the
 writer writes the ledger's last seq and hash into ``<file>-mark`` (with the head's MAC
-rule, ``_head_mac``), before any append of that commit returns. So every acknowledged
+rule, ``head_mac`` of ``_head``), before any append of that commit returns. So every acknowledged
 event is at or below the mark, and a table that ends before the mark, or holds another
 record at the mark's seq, has lost acknowledged events.
 
@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..errors import LedgerError
-from ._sqlite_head import _head_mac
+from ._head import head_mac
 
 try:
     import fcntl
@@ -90,7 +90,7 @@ def _encode(seq: int, hash_: str, key: bytes | None, mac: str | None = None) -> 
         _MAGIC,
         seq,
         hash_.encode() if hash_ else b"-",
-        (mac if mac is not None else _head_mac(seq, hash_, key)).encode(),
+        (mac if mac is not None else head_mac(seq, hash_, key)).encode(),
     )
     return line.ljust(_SIZE - 1) + b"\n"
 
@@ -115,7 +115,7 @@ def _decode(data: bytes, key: bytes | None, where: str, check_mac: bool = True) 
     seq, hash_, mac = _fields(data, where)
     if seq == 0 and not hash_:
         return Mark(0, "")
-    if check_mac and not hmac.compare_digest(_head_mac(seq, hash_, key), mac):
+    if check_mac and not hmac.compare_digest(head_mac(seq, hash_, key), mac):
         raise MarkUnreadable(
             f"its mark file {where} does not match its MAC: it was altered"
             + (", or written without the key" if key is not None else "")
@@ -240,7 +240,7 @@ class MarkWriter:
     def advance(self, seq: int, hash_: str, mac: str | None = None) -> None:
         """After a commit through ``seq`` (last hash ``hash_``): move the mark forward.
 
-        ``mac``: the head MAC that commit stored (``_head_mac`` of the same seq and
+        ``mac``: the head MAC that commit stored (``head_mac`` of the same seq and
         hash, the mark's own rule), so that it is not computed twice.
 
         Called before the commit's appends are acknowledged. Never raises: a failure

@@ -9,7 +9,9 @@ one (group commit); each ``append`` returns only once its own transaction commit
 A reader thread owns a second, query-only connection for ``read`` and ``verify``, so
 reads never wait behind an fsync. Both are daemon threads with plain ``sqlite3``
 connections: one thread hop per batch (not per statement), and a ledger that is never
-closed cannot keep the interpreter from exiting.
+closed cannot keep the interpreter from exiting. What a commit does with its batches
+(chain them, hand the followers what they did not append, wake the waiters) is shared
+with the Postgres writer: ``_chaining`` and ``_batches``.
 
 A read-only ledger has one thread, ``_ReadOnlyReader``, reading through the snapshot
 connections of ``_sqlite_files``.
@@ -19,20 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import LedgerError
-from ._chain import _TAGS, _damage, _sha256, chain_hash
-from ._events import EffectClaimed, Event, decode_event
+from ._batches import Batch, Written, hand_over, wake
+from ._chain import _damage, chain_hash
+from ._chaining import chain_batch, mixed, unchain
+from ._events import EffectClaimed, Event
 from ._follow import Follow, read_since
-from ._recordable import PAYLOADS, UnrecordableEvent
-from ._recordable import payload as checked_payload
+from ._head import head_mac, parse_head_seq
 from ._sqlite_files import (
     _SNAPSHOT_TRIES,
     _Changed,
@@ -43,22 +45,32 @@ from ._sqlite_files import (
     _signature,
     _translate,
 )
-from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD, _head_mac, _head_seq
+from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD
 from ._sqlite_mark import MarkWriter, check_before_create
-
-if TYPE_CHECKING:
-    from ._sqlite import SQLiteLedger
 
 _INSERT = (
     "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _STOP = object()
-_log = logging.getLogger("agent_adapter.ledger")
 
-# One written batch, for the followers that did not append it: (its owner, its events,
-# its rows in the column order of _INSERT).
-_Written = tuple[Follow | None, list[Event], list[tuple[Any, ...]]]
+
+class _Store(Protocol):
+    """What the threads read of their ``SQLiteLedger`` (which passes itself)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def _key(self) -> bytes | None: ...
+
+    @property
+    def _busy_timeout_s(self) -> float: ...
+
+    @property
+    def _follows(self) -> tuple[Follow, ...]:
+        """Read by the writer thread once per commit (replaced whole, never changed)."""
+        ...
 
 
 def _deliver(
@@ -76,39 +88,6 @@ def _deliver(
 
     with contextlib.suppress(RuntimeError):
         future.get_loop().call_soon_threadsafe(settle)
-
-
-class _Batch:
-    """One ``append``/``append_many`` call: its events and the future its caller awaits.
-
-    ``owner``: the follower that appended it (None: nobody's); ``horizon``: the owner's
-    horizon when the batch was staged (see ``_follow``).
-    """
-
-    __slots__ = ("error", "events", "future", "horizon", "owner")
-
-    def __init__(
-        self,
-        events: list[Event],
-        future: asyncio.Future[None],
-        horizon: int = 0,
-        owner: Follow | None = None,
-    ) -> None:
-        self.events = events
-        self.future = future
-        self.horizon = horizon
-        self.owner = owner
-        self.error: BaseException | None = None
-
-
-def _settle_batches(batches: list[_Batch]) -> None:
-    for batch in batches:
-        if batch.future.done():
-            continue
-        if batch.error is not None:
-            batch.future.set_exception(batch.error)
-        else:
-            batch.future.set_result(None)
 
 
 class _Worker:
@@ -193,7 +172,7 @@ class _ReadOnlyReader(_Worker):
     result is kept only if the file did not change while it ran.
     """
 
-    def __init__(self, ledger: SQLiteLedger) -> None:
+    def __init__(self, ledger: _Store) -> None:
         super().__init__(f"agent-adapter ledger reader {ledger.path}", ledger.path, self._open)
         self._path = ledger.path
         self._wait_s = ledger._busy_timeout_s
@@ -240,7 +219,7 @@ class _Writer(_Worker):
     appends are acknowledged.
     """
 
-    def __init__(self, ledger: SQLiteLedger, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, ledger: _Store, connect: Callable[[], sqlite3.Connection]) -> None:
         mark = MarkWriter(ledger.path, ledger._key, ledger._busy_timeout_s)
 
         def connect_and_check() -> sqlite3.Connection:
@@ -278,7 +257,7 @@ class _Writer(_Worker):
         get, get_nowait, empty = q.get, q.get_nowait, q.empty
         while True:
             item = get()
-            batches: list[_Batch] = []
+            batches: list[Batch] = []
             stop = False
             while True:
                 if item is _STOP:
@@ -294,85 +273,14 @@ class _Writer(_Worker):
                 follows = self._ledger._follows
                 done = self._write(conn, batches, follows)
                 # Before the waiters wake: a refused claim finds its cause applied.
-                self._hand_over(follows, batches, done)
-                self._wake(batches)
+                hand_over(follows, batches, done)
+                wake(batches)
             if stop:
                 return
 
-    @staticmethod
-    def _hand_over(
-        follows: tuple[Follow, ...],
-        batches: list[_Batch],
-        done: tuple[list[Event], int, list[_Written]] | None,
-    ) -> None:
-        """After a commit: hand each follower what it did not append and has not heard.
-
-        That is the other writers' events read in the transaction (past what it had
-        heard) and this commit's batches that are not its own, in seq order.
-        """
-        if len(follows) == 1 and done is not None and not done[0]:
-            # The common case (one executor on the ledger, nobody else committed): it is
-            # handed nothing, only told how far it has heard.
-            follow = follows[0]
-            staged_at = 0
-            for batch in batches:
-                owner = batch.owner
-                if owner is not None:
-                    owner.written += 1  # taken, whatever became of it
-                    if owner is follow:
-                        staged_at = batch.horizon
-            _, through, written = done
-            heard: list[Event] = []
-            for owner, events, rows in written:
-                if owner is not follow:
-                    heard.extend(_decoded(events, rows))
-            follow.committed(heard, through, staged_at)
-            if heard:
-                follow.deliver(heard, through)
-            return
-        last: dict[Follow, int] = {}
-        for batch in batches:
-            owner = batch.owner
-            if owner is not None:
-                owner.written += 1  # taken, whatever became of it
-                last[owner] = batch.horizon
-        if done is None or not follows:
-            return
-        foreign, through, written = done
-        decoded: dict[int, list[Event]] = {}
-        for follow in follows:
-            delivered = follow.delivered
-            heard = [e for e in foreign if e.seq > delivered] if foreign else []
-            for i, (owner, events, rows) in enumerate(written):
-                if owner is not follow:
-                    theirs = decoded.get(i)
-                    if theirs is None:
-                        theirs = decoded[i] = _decoded(events, rows)
-                    heard.extend(theirs)
-            follow.committed(heard, through, last.get(follow, 0))
-            if heard:
-                # (With nothing new the horizon may lag: it only matters against others'
-                # claims, and those always come this way.)
-                follow.deliver(heard, through)
-
-    @staticmethod
-    def _wake(batches: list[_Batch]) -> None:
-        # One hop back per loop (normally one loop), not one per waiter.
-        loop = batches[0].future.get_loop()
-        if len(batches) == 1 or all(b.future.get_loop() is loop for b in batches):
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle_batches, batches)
-            return
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Batch]] = {}
-        for batch in batches:
-            by_loop.setdefault(batch.future.get_loop(), []).append(batch)
-        for loop, group in by_loop.items():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle_batches, group)
-
     def _write(
-        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
-    ) -> tuple[list[Event], int, list[_Written]] | None:
+        self, conn: sqlite3.Connection, batches: list[Batch], follows: tuple[Follow, ...]
+    ) -> tuple[list[Event], int, list[Written]] | None:
         """Commit ``batches``: (others' events since the followers last heard, the last
         seq, the written batches), or None when the transaction failed."""
         deadline = time.monotonic() + self._wait_s
@@ -412,7 +320,7 @@ class _Writer(_Worker):
                 return done
             for batch in batches:
                 batch.error = error
-                _unchain(batch.events)
+                unchain(batch.events)
             return None
 
     def _read_tail(self, conn: sqlite3.Connection) -> tuple[int, str, object]:
@@ -441,7 +349,7 @@ class _Writer(_Worker):
         if head_seq is not None:
             # Appending past a head that names more (or other) events than the table
             # holds would rewrite the head and erase the evidence of a truncation.
-            at = _head_seq(head_seq, self._path)
+            at = parse_head_seq(head_seq, self._path)
             if at > seq or (at == seq and head_hash != prev):
                 raise LedgerError(
                     f"ledger {self._path}: the ledger ends at seq {seq} but its head says "
@@ -451,8 +359,8 @@ class _Writer(_Worker):
         return seq, prev, head_seq
 
     def _transaction(
-        self, conn: sqlite3.Connection, batches: list[_Batch], follows: tuple[Follow, ...]
-    ) -> tuple[list[Event], int, list[_Written]]:
+        self, conn: sqlite3.Connection, batches: list[Batch], follows: tuple[Follow, ...]
+    ) -> tuple[list[Event], int, list[Written]]:
         conn.execute("BEGIN IMMEDIATE")
         tail, self._tail = self._tail, None
         key = self._key
@@ -479,9 +387,9 @@ class _Writer(_Worker):
         # Batches of several owners in one transaction: a key claimed by an earlier one
         # refuses the later ones of other owners (the first wins).
         here: dict[str, tuple[int, Follow | None]] | None = (
-            {} if follows and _mixed(batches) else None
+            {} if follows and mixed(batches) else None
         )
-        written: list[_Written] = []
+        written: list[Written] = []
         rows: list[tuple[Any, ...]] = []
         where = str(self._path)
         for batch in batches:
@@ -501,7 +409,7 @@ class _Writer(_Worker):
             conn.executemany(_INSERT, rows)
             # In the same transaction: the head is exactly as durable as the events.
             put = _PUT_HEAD if head_seq is None else _UPDATE_HEAD
-            mac = _head_mac(seq, prev, key)
+            mac = head_mac(seq, prev, key)
             conn.execute(put, (seq, prev, mac))
         conn.execute("COMMIT")
         if rows:
@@ -509,107 +417,3 @@ class _Writer(_Worker):
             head_seq = seq
         self._tail = (version, seq, prev, head_seq)
         return foreign, seq, written
-
-
-def _mixed(batches: list[_Batch]) -> bool:
-    """Whether ``batches`` have more than one owner (nobody counts as one)."""
-    first = batches[0].owner
-    return any(batch.owner is not first for batch in batches)
-
-
-def _decoded(events: list[Event], rows: list[tuple[Any, ...]]) -> list[Event]:
-    """A written batch as another follower gets it: decoded from the stored bytes (as a
-    reader would), so that no two followers share an event object with its appender."""
-    out = []
-    for event, (seq, _type, _run, _call, _tool, _ts, payload, prev, hash_) in zip(
-        events, rows, strict=True
-    ):
-        try:
-            copy = decode_event(payload)
-        except Exception:  # what we just encoded: never expected; the event as appended
-            _log.exception("seq %d cannot be decoded for the other followers", seq)
-            copy = event
-        copy.seq, copy.prev, copy.hash = seq, prev, hash_
-        out.append(copy)
-    return out
-
-
-def chain_batch(
-    batch: _Batch,
-    seq: int,
-    prev: str,
-    key: bytes | None,
-    where: str,
-    foreign: list[Event],
-    here: dict[str, tuple[int, Follow | None]] | None,
-) -> tuple[list[tuple[Any, ...]], int, str] | None:
-    """One caller's batch in a group commit, chained after ``seq``/``prev``: its rows
-    and the new ``(seq, prev)``; or None when it is refused (``batch.error`` set, its
-    events unchained): an effect claim of a closed executor, a claim another writer's
-    events (``foreign``) or an earlier batch of this commit (``here``) took first, or an
-    event that cannot be recorded. Only this caller's events are refused; the others
-    still commit. Both writer stores call it in their transaction."""
-    owner = batch.owner
-    if owner is not None:
-        if owner.closed:
-            if any(isinstance(e, EffectClaimed) for e in batch.events):
-                # Its projection no longer hears the others: its claim could run an
-                # effect twice.
-                batch.error = LedgerError(
-                    f"ledger {where}: the executor that made this call was closed; its "
-                    "effect claim was not written and its body does not run"
-                )
-                _unchain(batch.events)
-                return None
-        else:
-            taken = owner.refused(batch.events, batch.horizon, foreign, here)
-            if taken is not None:
-                batch.error = taken
-                _unchain(batch.events)
-                return None
-    chained: list[tuple[Any, ...]] = []
-    keep = chained.append
-    tags, payloads = _TAGS, PAYLOADS
-    try:
-        at, link = seq, prev
-        # make_record inlined (this runs once per appended event, and the writer holds
-        # the GIL while it does): the same payload and hash, the row built directly in
-        # the column order of the stores' inserts (Record's field order) instead of a
-        # Record built and taken apart again. tests/test_sqlite_hot_path.py pins it.
-        for event in batch.events:
-            if event.seq or event.prev or event.hash:
-                event.seq = 0
-                event.prev = ""
-                event.hash = ""
-            cls = type(event)
-            encode = payloads.get(cls)
-            payload = encode(event) if encode is not None else checked_payload(event)
-            at += 1
-            if key is None:
-                digest = _sha256(b"%d:%b:%b" % (at, link.encode(), payload)).hexdigest()
-            else:
-                digest = chain_hash(at, link, payload, key)
-            event.seq = at
-            event.prev = link
-            event.hash = digest
-            tag = tags.get(cls)
-            if tag is None:
-                tag = tags[cls] = event.type
-            keep(
-                (at, tag, event.run_id, event.call_id, event.tool, event.ts, payload, link, digest)
-            )
-            link = digest
-    except Exception as exc:
-        if isinstance(exc, UnrecordableEvent):
-            batch.error = UnrecordableEvent(f"ledger {where}: {exc}", exc.event)
-        else:
-            batch.error = LedgerError(f"ledger {where}: cannot encode an event: {exc}")
-        batch.error.__cause__ = exc
-        _unchain(batch.events)
-        return None
-    return chained, at, link
-
-
-def _unchain(events: list[Event]) -> None:
-    for event in events:
-        event.seq, event.prev, event.hash = 0, "", ""

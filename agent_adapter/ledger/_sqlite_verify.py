@@ -8,7 +8,7 @@ In order, each naming the first bad seq (the first finding wins):
    corrupt page) ends the scan: not ok at the seq after the last one read.
 2. The indexed columns against the payload: reads filter on the columns, so a column
    that says another run could hide an event from a read by run.
-3. The head in meta (``_check_head``): events deleted from the end.
+3. The head in meta (``check_head``, in ``_head``): events deleted from the end.
 4. The mark beside the file (``_sqlite_mark``): events lost with a damaged WAL, which
    takes the head back with them.
 5. With ``deep``, ``PRAGMA integrity_check``: the b-trees and the run_id/call_id
@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, verify_records
-from ._events import UnknownEvent, decode_event
+from ._chain import Record, Verification, columns_match, verify_records
+from ._head import check_head, parse_head_seq
 from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
-from ._sqlite_head import _READ_HEAD, _check_head, _head_seq
+from ._sqlite_head import _READ_HEAD
 from ._sqlite_mark import Mark, MarkUnreadable, lost_message, mark_path, read_mark, replaced_message
 
 _COLUMNS = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events"
@@ -37,23 +37,6 @@ _SCAN = f"{_COLUMNS} ORDER BY seq"
 _NEXT = f"{_COLUMNS} WHERE seq > ? ORDER BY seq LIMIT 1"
 # integrity_check names a row only as "row N missing from index X"; N is the rowid, the seq.
 _MISSING_ROW = re.compile(r"^row (\d+) missing from index ")
-
-
-def _columns_match(record: Record) -> bool:
-    """True when the indexed columns of ``record`` are those of its payload's event."""
-    try:
-        event = decode_event(record.payload)
-    except Exception:
-        return False
-    # An event of a type this version does not know decodes as UnknownEvent.
-    kind = event.original_type if isinstance(event, UnknownEvent) else event.type
-    return (kind, event.run_id, event.call_id, event.tool, event.ts) == (
-        record.type,
-        record.run_id,
-        record.call_id,
-        record.tool,
-        record.ts,
-    )
 
 
 def unreadable_row(exc: sqlite3.Error) -> bool:
@@ -138,7 +121,7 @@ def _verify_file(
                 prev=row[7],
                 hash=row[8],
             )
-            if not mismatch and not _columns_match(record):
+            if not mismatch and not columns_match(record):
                 mismatch.append(record.seq)
             if record.seq == head_at:
                 at_head.append(record.hash)
@@ -155,7 +138,7 @@ def _verify_file(
             meta = {str(k): str(v) for k, v in conn.execute(_READ_HEAD)}
             if meta.get("head_seq") is not None:
                 with contextlib.suppress(LedgerError):
-                    head_at = _head_seq(meta["head_seq"], path)
+                    head_at = parse_head_seq(meta["head_seq"], path)
             cursor = conn.execute(_SCAN)
             result = verify_records(records(cursor), key)
             cursor.close()
@@ -187,7 +170,7 @@ def _verify_file(
     if key is None and meta.get("keyed") == "1":
         return None  # marked keyed since this ledger was opened
     hash_at_head = at_head[0] if at_head else None
-    head = _check_head(path, result.checked, last_hash[0], hash_at_head, meta, key)
+    head = check_head(path, result.checked, last_hash[0], hash_at_head, meta, key)
     if not head.ok:
         return head
     found = _check_mark(path, result.checked, last_hash[0], mark, mark_problem, at_mark)

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LedgerError
+from ._batches import Batch, settle_batches
 from ._events import Event
 from ._follow import Followers, appending
-from ._sqlite_threads import _Batch, _settle_batches
 
 __all__ = ["GroupCommit"]
 
@@ -28,14 +28,14 @@ class GroupCommit(Followers):
     _keyed: bool
     _key: bytes | None
     _writer: Any
-    _staged: list[_Batch]
+    _staged: list[Batch]
     _kick_scheduled: bool
 
     def _where(self) -> str:
         """The ledger's name in messages (a path, a database URL without its password)."""
         raise NotImplementedError
 
-    def _put_staged(self, writer: Any, staged: list[_Batch]) -> None:
+    def _put_staged(self, writer: Any, staged: list[Batch]) -> None:
         """Hand ``staged`` to ``writer`` for its next transaction."""
         raise NotImplementedError
 
@@ -84,12 +84,12 @@ class GroupCommit(Followers):
         future: asyncio.Future[None] = loop.create_future()
         owner = appending.get()
         if owner is None or owner.ledger is not self:
-            self._staged.append(_Batch(events, future))
+            self._staged.append(Batch(events, future))
         else:
             # The horizon is read and the batch counted together (no await between):
             # Follow.committed relies on it.
             owner.staged += 1
-            self._staged.append(_Batch(events, future, owner.horizon, owner))
+            self._staged.append(Batch(events, future, owner.horizon, owner))
         if not self._kick_scheduled:
             # Hand everything staged in this loop iteration to the writer at once: all
             # appenders woken by one commit join the next one together.
@@ -107,6 +107,6 @@ class GroupCommit(Followers):
             error = LedgerError(f"ledger {self._where()} is closed")
             for batch in staged:
                 batch.error = error
-            _settle_batches(staged)
+            settle_batches(staged)
             return
         self._put_staged(writer, staged)

@@ -13,8 +13,9 @@ from pathlib import Path
 import msgspec
 
 from agent_adapter.ledger import CallRequested, CallStarted, SQLiteLedger, Verification
+from agent_adapter.ledger._batches import Batch as _Batch
 from agent_adapter.ledger._chain import make_record
-from agent_adapter.ledger._sqlite_threads import _Batch, chain_batch
+from agent_adapter.ledger._chaining import chain_batch
 
 
 def event(i: int) -> CallRequested:

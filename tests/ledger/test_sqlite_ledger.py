@@ -19,7 +19,8 @@ from agent_adapter.ledger import (
     _sqlite,
     replay,
 )
-from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION, _head_mac
+from agent_adapter.ledger._head import head_mac as _head_mac
+from agent_adapter.ledger._sqlite import _READ_PAGE, SCHEMA_VERSION
 from agent_adapter.ledger._sqlite_mark import _encode, mark_path
 from agent_adapter.ledger._sqlite_threads import _ReadOnlyReader
 
