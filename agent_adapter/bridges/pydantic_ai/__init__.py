@@ -14,12 +14,12 @@ from ._integration import META_KEY, NAME, SUPPORTED, check_framework
 from ._toolset import ExecutorToolset
 
 __all__ = [
+    "ExecutorToolset",
     "META_KEY",
     "NAME",
     "RAW_ARGS",
-    "SUPPORTED",
-    "ExecutorToolset",
     "Review",
+    "SUPPORTED",
     "check_framework",
     "error_output",
 ]
