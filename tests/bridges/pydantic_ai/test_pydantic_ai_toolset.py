@@ -176,3 +176,57 @@ async def test_a_refund_in_the_same_message_as_a_lookup_pauses_alone() -> None:
         message_history=paused.all_messages(), deferred_tool_results=review.results
     )
     assert (done.output, [n for n, _ in support.ran]) == ("done", ["lookup", "refund"])
+
+
+async def test_a_cancelled_run_records_call_cancelled_and_propagates() -> None:
+    """Cancelling ``agent.run`` while a body runs: CancelledError reaches the caller and the
+    ledger records ``call.cancelled`` (never a failure of the tool)."""
+    registry = Registry()
+    started = asyncio.Event()
+    never = asyncio.Event()
+
+    @registry.tool(targets=[NAME])
+    async def slow(order_id: str) -> str:
+        started.set()
+        await never.wait()
+        return "never"
+
+    ledger = MemoryLedger()
+    toolset = ExecutorToolset(registry, executor=Executor(registry, ledger=ledger))
+    model = ScriptedModel([[tool_call("slow", {"order_id": "A1"}, "c1")], "done"])
+    task = asyncio.create_task(agent_for(model, toolset).run("go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await tags(ledger))[-1] == ("call.cancelled", "c1")
+
+
+async def test_a_host_refusal_is_given_again_to_the_same_call_never_run() -> None:
+    """After a DuplicateEffect ends a run, running the same call again (same conversation
+    and tool call id) raises the recorded refusal again; the body ran once, for the first
+    refund only."""
+    from agent_adapter.errors import DuplicateEffect
+
+    support = Support()
+    ledger = MemoryLedger()
+    toolset = ExecutorToolset(support.registry, executor=Executor(support.registry, ledger=ledger))
+    yes = CallbackApproval(lambda r: True)
+
+    async def refund_once(call_id: str) -> object:
+        agent = agent_for(ScriptedModel([[tool_call("refund", REFUND, call_id)], "ok"]), toolset)
+        paused = await agent.run("go", conversation_id="conv-1")
+        assert isinstance(paused.output, DeferredToolRequests)
+        review = await toolset.resolve_deferred(paused.output, yes)
+        done = await agent.run(
+            message_history=paused.all_messages(), deferred_tool_results=review.results
+        )
+        return done.output
+
+    assert await refund_once("c1") == "ok"
+    for _ in range(2):
+        with pytest.raises(DuplicateEffect):
+            await refund_once("c2")
+    assert support.ran == [("refund", REFUND)]
+    outcomes = [t for t in await tags(ledger) if t[0] in ("call.duplicate", "call.replayed")]
+    assert outcomes == [("call.duplicate", "c2"), ("call.replayed", "c2")]
