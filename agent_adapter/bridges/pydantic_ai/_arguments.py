@@ -17,13 +17,25 @@ import msgspec
 
 from ...engine import MAX_ARGS_BYTES
 
-__all__ = ["RAW_ARGS", "PassThrough", "model_args"]
+__all__ = ["RAW_ARGS", "Decoded", "PassThrough", "model_args"]
 
 #: The key under which unparseable arguments travel from the validator to ``call_tool``
 #: (a NUL-prefixed name no JSON schema property of a registry tool can have).
 RAW_ARGS = "\x00agent_adapter.raw_args"
 
 _decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
+class Decoded(dict[str, Any]):
+    """A JSON object this validator decoded: JSON values only, unless a hook put others.
+
+    ``call_tool`` hands it to the executor as JSON again (``model_args``): re-encoding a
+    small object costs less than the executor's walk over a dict, and encoding what the
+    dict holds *now* keeps any change a pydantic-ai hook made to it.
+    """
+
+    __slots__ = ()
 
 
 class PassThrough:
@@ -37,7 +49,7 @@ class PassThrough:
             value = _decode(input)
         except (msgspec.DecodeError, RecursionError, ValueError):
             return {RAW_ARGS: _text(input)}
-        return value if isinstance(value, dict) else {RAW_ARGS: _text(input)}
+        return Decoded(value) if isinstance(value, dict) else {RAW_ARGS: _text(input)}
 
     def validate_python(self, input: Any, **_: Any) -> Any:
         """A dict (a model's parsed arguments, or ``override_args``) as is."""
@@ -49,7 +61,13 @@ def _text(input: str | bytes | bytearray) -> str:
 
 
 def model_args(tool_args: dict[str, Any]) -> Any:
-    """What ``run_spec`` gets: the dict, or the model's raw text when it did not decode."""
+    """What ``run_spec`` gets: JSON for a decoded object, the model's raw text when it did
+    not decode, any other dict (``override_args``, a hook's own) as it is."""
+    if type(tool_args) is Decoded:
+        try:
+            return _encode(tool_args)
+        except (TypeError, msgspec.EncodeError):
+            return dict(tool_args)  # a hook put a non-JSON value in: validated as a dict
     if RAW_ARGS in tool_args:
         raw = tool_args[RAW_ARGS]
         if isinstance(raw, str):

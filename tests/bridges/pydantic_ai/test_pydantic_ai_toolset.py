@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pydantic_ai
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ToolFailed as FrameworkToolFailed
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_support import REFUND, ScriptedModel, Support, agent_for, events, tags, tool_call
@@ -230,3 +232,33 @@ async def test_a_host_refusal_is_given_again_to_the_same_call_never_run() -> Non
     assert support.ran == [("refund", REFUND)]
     outcomes = [t for t in await tags(ledger) if t[0] in ("call.duplicate", "call.replayed")]
     assert outcomes == [("call.duplicate", "c2"), ("call.replayed", "c2")]
+
+
+async def test_the_arguments_reach_the_executor_as_they_are_when_the_call_runs() -> None:
+    """What the toolset's validator decoded reaches the executor as it is when the call runs
+    (a pydantic-ai hook's in-place change included); a non-JSON value put in it, and
+    ``validate_python`` input that is no object, are refused by the executor (call.invalid)."""
+    from pydantic_ai import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    support = Support()
+    ledger = MemoryLedger()
+    toolset = ExecutorToolset(support.registry, executor=Executor(support.registry, ledger=ledger))
+    tool = (await toolset.get_tools(None))["lookup"]  # type: ignore[arg-type]
+    base = RunContext(deps=None, model=TestModel(), usage=RunUsage(), conversation_id="conv")
+
+    async def call(call_id: str, args: Any) -> Any:
+        ctx = replace(base, tool_name="lookup", tool_call_id=call_id)
+        return await toolset.call_tool("lookup", args, ctx, tool)
+
+    changed = tool.args_validator.validate_json('{"order_id": "A1"}')
+    changed["order_id"] = "B2"
+    odd = tool.args_validator.validate_json('{"order_id": "A1"}')
+    odd["order_id"] = object()
+    assert (await call("c1", changed))["order_id"] == "B2"
+    for call_id, args in (("c2", odd), ("c3", tool.args_validator.validate_python(["x"]))):
+        with pytest.raises(FrameworkToolFailed, match="tool-args-invalid"):
+            await call(call_id, args)
+    assert support.ran == [("lookup", {"order_id": "B2"})]
+    invalid = [c for t, c in await tags(ledger) if t == "call.invalid"]
+    assert invalid == ["c2", "c3"]
