@@ -21,6 +21,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApp
 
 from ...engine import ApprovalPort, ApprovalRequest, Decision, Executor, TokenTable, ToolSpec
 from ...errors import ApprovalDenied, ApprovalPending, ToolUsageError
+from ...ledger import OUTCOME_TAGS
 from ._errors import error_output
 from ._integration import META_KEY, NAME, call_context
 
@@ -37,7 +38,10 @@ class Review:
     (already recorded as ``call.denied``). ``pending`` holds the request ids a deferred port
     still holds open: wait for them (``await deferred.wait(request_id)``) and resolve the
     same requests again before resuming. ``approved`` and ``denied`` are the call ids this
-    pass decided. Calls of tools this toolset does not hold are not in ``results``.
+    pass decided; a call the ledger already shows started or finished (a history resumed
+    again) is answered ``ToolApproved()`` without asking, in neither, and the executor
+    answers it from the ledger. Calls of tools this toolset does not hold are not in
+    ``results``.
     """
 
     results: DeferredToolResults = field(default_factory=DeferredToolResults)
@@ -78,6 +82,19 @@ def _run_of(requests: DeferredToolRequests, part: ToolCallPart, run_id: str | No
     )
 
 
+async def _settled(executor: Executor, run_id: str, call_id: str) -> bool:
+    """True when the ledger already holds this call's outcome, or its start.
+
+    Such a call is not asked about again: resumed, the executor answers it from the ledger
+    (its recorded value or refusal; ambiguous if it started and has no outcome), and a
+    deferred port's answer is not spent on it a second time.
+    """
+    async for event in executor.ledger.read(run_id=run_id, call_id=call_id):
+        if event.type in OUTCOME_TAGS or event.type == "call.started":
+            return True
+    return False
+
+
 async def resolve(
     executor: Executor,
     specs: Mapping[str, ToolSpec],
@@ -99,6 +116,9 @@ async def resolve(
         call_id = part.tool_call_id
         raw: Any = part.args or {}
         ctx = call_context(run, call_id)
+        if await _settled(executor, run, call_id):
+            approvals[call_id] = ToolApproved()  # no token: step 0 answers it, nothing runs
+            continue
         prepared = await executor.prepare(spec, raw, ctx)
         if not prepared.ok:
             # Only requests edited after the pause get here (the toolset never defers a call

@@ -139,7 +139,8 @@ class ExecutorToolset(AbstractToolset[Any]):
         in this toolset (``ToolApproved()`` in ``review.results``; edits travel in the
         token); a denial is recorded (``call.denied``, nothing runs) and answered with
         ``ToolDenied`` carrying the JSON error; a call a deferred port holds open is in
-        ``review.pending`` and not in the results. ``run_id`` defaults to the conversation
+        ``review.pending`` and not in the results; a call the ledger shows started or
+        finished is not asked about again. ``run_id`` defaults to the conversation
         id recorded in each request's metadata. Calls of other toolsets are left to the
         host (add their answers to ``review.results`` before resuming).
         """

@@ -227,3 +227,27 @@ async def test_a_deferred_port_leaves_the_call_pending_until_answered() -> None:
     assert (second.approved, second.pending) == (("c1",), ())
     assert await paused.resume(second.results) == "done"
     assert paused.support.ran == [("refund", REFUND)]
+
+
+async def test_a_call_already_done_is_not_asked_about_again() -> None:
+    """Resolving the same requests after the call ran asks nobody (the ledger shows it
+    done): ToolApproved() without a token, decided by neither list, answered by replay."""
+    paused = Paused()
+    requests = await paused.pause()
+    asked: list[str] = []
+
+    def port(request: ApprovalRequest) -> bool:
+        asked.append(request.call_id)
+        return True
+
+    first = await paused.toolset.resolve_deferred(requests, CallbackApproval(port))
+    await paused.resume(first.results)
+    again = await paused.toolset.resolve_deferred(requests, CallbackApproval(port))
+    assert (again.results.approvals, again.approved, again.denied) == (
+        {"c1": ToolApproved()},
+        (),
+        (),
+    )
+    assert await paused.resume(again.results) == "done"
+    assert (asked, paused.support.ran) == (["c1"], [("refund", REFUND)])
+    assert [t for t, _ in await tags(paused.ledger)][-1] == "call.replayed"

@@ -61,12 +61,14 @@ async def _pause(db: Path) -> tuple[bytes, bytes, str, list[Any]]:
         await executor.close()
 
 
-async def _resume(db: Path, history: bytes, requests_json: bytes, *, resolve: bool) -> Any:
+async def _resume(
+    db: Path, history: bytes, requests_json: bytes, *, resolve: bool, decided: tuple[str, ...] = ()
+) -> Any:
     """A fresh process: a new registry and executor on the file, the history from JSON.
 
-    ``resolve`` asks the ledger's DeferredApproval (the CLI's answer) for the results;
-    otherwise the results are a hand-built ToolApproved(), as a host replaying a stored
-    resume would send.
+    ``resolve`` asks the ledger's DeferredApproval (the CLI's answer) for the results, and
+    ``decided`` is what that pass must have approved; otherwise the results are a
+    hand-built ToolApproved(), as a host replaying a stored resume would send.
     """
     support = Support()
     ledger = SQLiteLedger(db)
@@ -76,7 +78,7 @@ async def _resume(db: Path, history: bytes, requests_json: bytes, *, resolve: bo
         requests = REQUESTS.validate_json(requests_json)
         if resolve:
             review = await toolset.resolve_deferred(requests, DeferredApproval(ledger))
-            assert (review.approved, review.pending) == (("call-1",), ())
+            assert (review.approved, review.pending) == (decided, ())
             results = review.results
         else:
             results = DeferredToolResults(approvals={"call-1": ToolApproved()})
@@ -92,7 +94,8 @@ async def _resume(db: Path, history: bytes, requests_json: bytes, *, resolve: bo
 
 async def test_the_cli_answers_and_a_fresh_executor_resumes_once(tmp_path: Path) -> None:
     """Approved from another process, resumed by a fresh executor from JSON: the refund
-    runs once; a second resume (another fresh executor) is answered from the ledger."""
+    runs once; resuming again (more fresh executors, resolving again or not) is answered
+    from the ledger."""
     db = tmp_path / "ledger.db"
     history, requests_json, request_id, ran_a = await _pause(db)
     assert ran_a == []
@@ -103,14 +106,23 @@ async def test_the_cli_answers_and_a_fresh_executor_resumes_once(tmp_path: Path)
     assert (answered.returncode, answered.stderr) == (0, "")
     assert answered.stdout == f"approved request {request_id} (refund, run conv-7) as alice\n"
 
-    output, seen, ran_b = await _resume(db, history, requests_json, resolve=True)
+    output, seen, ran_b = await _resume(
+        db, history, requests_json, resolve=True, decided=("call-1",)
+    )
     assert (output, seen, ran_b) == (
         "Refunded order A1.",
         ("refunded 500 on A1", "success"),
         [("refund", REFUND)],
     )
-    output, seen, ran_c = await _resume(db, history, requests_json, resolve=False)
-    assert (output, seen, ran_c) == ("Refunded order A1.", ("refunded 500 on A1", "success"), [])
+    # Again from the stored JSON, twice: resolved again (the ledger shows the call done, so
+    # nobody is asked and the spent answer is not looked for), and with a hand-built answer.
+    for resolve in (True, False):
+        output, seen, ran_c = await _resume(db, history, requests_json, resolve=resolve)
+        assert (output, seen, ran_c) == (
+            "Refunded order A1.",
+            ("refunded 500 on A1", "success"),
+            [],
+        )
 
     ledger = SQLiteLedger(db)
     try:
@@ -124,6 +136,7 @@ async def test_the_cli_answers_and_a_fresh_executor_resumes_once(tmp_path: Path)
         "call.validated",
         "call.started",
         "call.succeeded",
+        "call.replayed",
         "call.replayed",
     ]
     assert {e.run_id for e in recorded} == {"conv-7"}
