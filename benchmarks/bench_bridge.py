@@ -18,22 +18,51 @@ function (``add(a, b)``), with a fresh ToolContext (a new call id) per call:
 
 A fresh executor (and memory ledger) per block keeps ledger growth out of the figures.
 
-Run: ``python benchmarks/bench_bridge.py [--quick]``.
+The pydantic-ai bridge (``bench_pydantic_ai``, same run): ``ExecutorToolset`` beside
+pydantic-ai's own ``FunctionToolset`` for the same function, each timed as pydantic-ai's
+tool manager calls a toolset (the tool's ``args_validator.validate_json`` on the model's
+JSON, then ``call_tool`` with a fresh per-call ``RunContext``); then a whole ``Agent.run``
+with a ``FunctionModel`` that calls the tool once, through each toolset. Its ratio is
+compared with the OpenAI bridge's ratio above (target: within 1.3x of it).
+
+Run: ``python benchmarks/bench_bridge.py [--quick] [--clock wall|cpu]`` (wall by default;
+``cpu``, the thread's CPU time, keeps a loaded shared machine's preemption out: every
+variant here is CPU-bound in the calling thread).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 from typing import Any
 
-from _harness import Variant, abench, fmt_ns, fmt_pct, header, parse_args, results_table, summarize
+from _harness import (
+    DEFAULT_PACKAGES,
+    Variant,
+    abench,
+    fmt_ns,
+    fmt_pct,
+    header,
+    parse_args,
+    results_table,
+    summarize,
+)
 from agents import function_tool as sdk_function_tool
 from agents.agent_tool_state import set_agent_tool_state_scope
 from agents.tool_context import ToolContext
+from pydantic_ai import Agent
+from pydantic_ai import RunContext as PydanticRunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import RunUsage
 
 from agent_adapter import CallContext, Decision, Executor, Registry, digest
 from agent_adapter.bridges.openai_agents import INTEGRATION, function_tool
+from agent_adapter.bridges.pydantic_ai import NAME as PYDANTIC_AI
+from agent_adapter.bridges.pydantic_ai import ExecutorToolset
 from agent_adapter.ledger import MemoryLedger
 
 ARGS = '{"a":1,"b":2}'
@@ -48,8 +77,8 @@ async def add_async(a: int, b: int) -> int:
 
 def _registry() -> Registry:
     registry = Registry()
-    registry.tool(add_async, name="add")
-    registry.tool(add_async, name="add_gated", confirm=True)
+    registry.tool(add_async, name="add", targets=["openai_agents", PYDANTIC_AI])
+    registry.tool(add_async, name="add_gated", confirm=True, targets=["openai_agents", PYDANTIC_AI])
     return registry
 
 
@@ -134,10 +163,11 @@ def main() -> None:
             baseline="sdk @function_tool",
             rounds=args.rounds,
             block_ms=args.block_ms,
+            clock=args.clock or "wall",
         )
 
     results = asyncio.run(run())
-    print(header())
+    print(header((*DEFAULT_PACKAGES, "pydantic-ai-slim")))
     print(
         results_table(
             results, title="Per-call overhead: on_invoke_tool, ratio to the SDK's @function_tool"
@@ -150,7 +180,150 @@ def main() -> None:
         "The bridge's own share (bridge FunctionTool - (ToolContext() + executor.run_spec), "
         f"per round): {fmt_ns(own)} ns (spread {fmt_pct(spread)}).\n"
     )
-    print(f"{args.rounds} rounds, median; spread = inter-quartile range / median.")
+    print(f"{args.rounds} rounds, median; spread = inter-quartile range / median.\n")
+    openai_ratio = results["bridge FunctionTool"].ratio
+    assert openai_ratio is not None
+    bench_pydantic_ai(args, openai_ratio)
+
+
+class PydanticHolder:
+    """The pydantic-ai bridge's toolset and agent, built once, and a fresh executor per block.
+
+    The agent is built once, as the plain one is: a new Agent's first run does one-time
+    work that would otherwise be charged to the bridge's few runs per block.
+    """
+
+    def __init__(self) -> None:
+        self.executor = Executor(REGISTRY, ledger=MemoryLedger())
+        self.toolset = ExecutorToolset(REGISTRY, executor=self.executor)
+        self.agent = Agent(_one_call_model(), toolsets=[self.toolset])
+
+    def reset(self, n: int) -> None:
+        self.executor = Executor(REGISTRY, ledger=MemoryLedger())
+        self.toolset.executor = self.executor
+
+
+def _one_call_model() -> FunctionModel:
+    """A FunctionModel that calls ``add`` once, then answers with text."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("add", ARGS, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(respond)
+
+
+def bench_pydantic_ai(args: Any, openai_ratio: float) -> None:
+    """The pydantic-ai bridge's rows, timed in this run, beside the OpenAI bridge's ratio."""
+    holder = PydanticHolder()
+    plain = FunctionToolset([add_async], id="plain")
+    base = PydanticRunContext(
+        deps=None, model=TestModel(), usage=RunUsage(), conversation_id="conv-bench"
+    )
+
+    def ctx_for(name: str, *, approved: bool = False) -> PydanticRunContext[None]:
+        # What pydantic-ai's tool manager builds for every call (dataclasses.replace).
+        return replace(
+            base, tool_name=name, tool_call_id=f"c{next(_ids)}", tool_call_approved=approved
+        )
+
+    async def run() -> Any:
+        plain_tool = (await plain.get_tools(base))["add_async"]
+        tools = await holder.toolset.get_tools(base)
+        ours, gated = tools["add"], tools["add_gated"]
+        args_digest = digest(REGISTRY.get("add_gated").validate(ARGS))
+        decision = Decision(approved=True, reviewer="bench")
+        plain_agent = Agent(_one_call_model())
+        plain_agent.tool_plain(add_async, name="add")
+
+        async def plain_op() -> Any:
+            ctx = ctx_for("add_async")
+            return await plain.call_tool(
+                "add_async", plain_tool.args_validator.validate_json(ARGS), ctx, plain_tool
+            )
+
+        async def bridge_op() -> Any:
+            ctx = ctx_for("add")
+            toolset = holder.toolset
+            return await toolset.call_tool(
+                "add", ours.args_validator.validate_json(ARGS), ctx, ours
+            )
+
+        async def gated_op() -> Any:
+            ctx = ctx_for("add_gated", approved=True)
+            toolset = holder.toolset
+            toolset.tokens.issue(
+                ("conv-bench", ctx.tool_call_id or "", "add_gated"), args_digest, decision
+            )
+            return await toolset.call_tool(
+                "add_gated", gated.args_validator.validate_json(ARGS), ctx, gated
+            )
+
+        async def engine_op() -> Any:
+            ctx = CallContext(
+                run_id="conv-bench",
+                call_id=f"c{next(_ids)}",
+                metadata={"integration": PYDANTIC_AI},
+            )
+            return await holder.executor.run_spec(REGISTRY.get("add"), ARGS, ctx)
+
+        async def agent_plain_op() -> Any:
+            return (await plain_agent.run("go")).output
+
+        async def agent_bridge_op() -> Any:
+            return (await holder.agent.run("go")).output
+
+        assert (await plain_op(), await bridge_op(), await gated_op(), await engine_op()) == (
+            3,
+            3,
+            3,
+            3,
+        )
+        assert await agent_plain_op() == await agent_bridge_op() == "done"
+        calls = await abench(
+            [
+                Variant("pydantic-ai FunctionToolset", plain_op),
+                Variant("bridge ExecutorToolset", bridge_op, setup=holder.reset),
+                Variant(
+                    "bridge ExecutorToolset, confirm=True + token", gated_op, setup=holder.reset
+                ),
+                Variant(
+                    "executor.run_spec alone (one conversation)", engine_op, setup=holder.reset
+                ),
+            ],
+            baseline="pydantic-ai FunctionToolset",
+            rounds=args.rounds,
+            block_ms=args.block_ms,
+            clock=args.clock or "wall",
+        )
+        runs = await abench(
+            [
+                Variant("Agent.run, plain tool_plain", agent_plain_op),
+                Variant("Agent.run, ExecutorToolset", agent_bridge_op, setup=holder.reset),
+            ],
+            baseline="Agent.run, plain tool_plain",
+            rounds=args.rounds,
+            block_ms=args.block_ms,
+            clock=args.clock or "wall",
+        )
+        return calls, runs
+
+    calls, runs = asyncio.run(run())
+    print(
+        results_table(
+            calls,
+            title="pydantic-ai: per call (validate_json + call_tool), ratio to FunctionToolset",
+        )
+    )
+    print(results_table(runs, title="pydantic-ai: one Agent.run with one tool call"))
+    ratio = calls["bridge ExecutorToolset"].ratio
+    assert ratio is not None
+    relative = ratio / openai_ratio
+    print(
+        f"pydantic-ai bridge ratio {ratio:.3f} / OpenAI bridge ratio {openai_ratio:.3f} = "
+        f"{relative:.2f}x (target <= 1.3x: {'met' if relative <= 1.3 else '**missed**'}).\n"
+    )
 
 
 if __name__ == "__main__":

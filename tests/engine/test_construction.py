@@ -311,8 +311,8 @@ _REGISTER_HINT = (
             "are mcp, openai_agents, temporal",
         ),
         (
-            ["langchain"],
-            "tool refund: unknown target 'langchain'; the bridges are mcp, openai_agents, temporal",
+            ["haystack"],
+            "tool refund: unknown target 'haystack'; the bridges are mcp, openai_agents, temporal",
         ),
         (
             "openai_agents",

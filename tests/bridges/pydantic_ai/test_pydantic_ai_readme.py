@@ -1,0 +1,37 @@
+"""The README's pydantic-ai example runs as written and prints what the README says."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def _example(tag: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
+    assert len(found) == 1, f"README has {len(found)} examples tagged {tag!r}"
+    return found[0]
+
+
+def test_the_pydantic_ai_example_prints_what_the_readme_says() -> None:
+    """The example pauses, the reviewer approves, the resumed run reports the refund."""
+    done = subprocess.run(
+        [sys.executable, "-c", _example("pydantic-ai")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines == [
+        "review: refund {'order_id': 'A1', 'amount_cents': 500} {'integration': 'pydantic_ai'}",
+        "success: refunded 500 on A1",
+    ]
+    text = README.read_text()
+    assert all(f"`{line}`" in text for line in lines)
+    assert text.index("## pydantic-ai") < text.index("## MCP gateway")
