@@ -28,6 +28,9 @@ PACKAGES = [
     "agent_adapter.hooks",
     "agent_adapter.errors",
     "agent_adapter.testing",
+    "agent_adapter.bridges.langgraph",
+    "agent_adapter.integrations.langgraph",
+    "agent_adapter.testing.langgraph",
 ]
 
 

@@ -13,10 +13,10 @@ from ._invalid import InvalidToolCallsMiddleware, answer_invalid_tool_calls
 from ._tools import ExecutorTool, langgraph_tools
 
 __all__ = [
-    "INTERRUPT_TYPE",
-    "NAME",
     "ExecutorTool",
+    "INTERRUPT_TYPE",
     "InvalidToolCallsMiddleware",
+    "NAME",
     "Review",
     "answer_invalid_tool_calls",
     "langgraph_tools",
