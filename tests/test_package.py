@@ -30,7 +30,6 @@ PACKAGES = [
     "agent_adapter.testing",
     "agent_adapter.bridges.langgraph",
     "agent_adapter.integrations.langgraph",
-    "agent_adapter.testing.langgraph",
 ]
 
 
