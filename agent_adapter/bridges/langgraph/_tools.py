@@ -98,6 +98,14 @@ def _body(spec: ToolSpec, executor: Executor, call_ids: CallIds) -> Any:
             raise  # duplicate, ambiguous, failed, timeout, usage: the host's, as themselves
         return value_message(value, tool=name, tool_call_id=tool_call_id)
 
+    # Evaluated annotations, not this module's postponed strings: LangChain reads the
+    # function's type hints on every call (to find a config and the injected runtime),
+    # and strings would be compiled again each time.
+    call.__annotations__ = {
+        "agent_adapter_runtime": ToolRuntime,
+        "args": Any,
+        "return": ToolMessage,
+    }
     return call
 
 
