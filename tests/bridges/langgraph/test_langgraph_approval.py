@@ -265,3 +265,39 @@ async def test_message_scoped_call_ids_let_a_model_reuse_tool_call_ids() -> None
         ["m1:call_0", "m2:call_0"],
         [("lookup", {"order_id": "A1"}), ("lookup", {"order_id": "A2"})],
     )
+
+
+async def test_a_partial_review_resumes_the_decided_call_and_leaves_the_other_paused() -> None:
+    """Two refunds paused at once (a task each): answering one resumes it alone, the other
+    stays paused with its own interrupt until it is answered; each body runs once."""
+    support = Support()
+    other = {"order_id": "A2", "amount_cents": 700}
+    async with Executor(support.registry, ledger=MemoryLedger()) as executor:
+        graph, _ = agent(
+            executor, support.registry, [calls(("refund", REFUND, "r1"), ("refund", other, "r2"))]
+        )
+        paused = (await graph.ainvoke(ask(), thread("t1")))["__interrupt__"]
+        by_call = {p.value["call_id"]: p for p in paused}
+        first = by_call["r1"]
+        partial = await graph.ainvoke(Command(resume={first.id: answer(first)}), thread("t1"))
+        left = [p.value["call_id"] for p in partial["__interrupt__"]]
+        ran_between = list(support.ran)
+        (second,) = partial["__interrupt__"]
+        await graph.ainvoke(Command(resume={second.id: answer(second)}), thread("t1"))
+    assert (sorted(by_call), left, ran_between, support.ran) == (
+        ["r1", "r2"],
+        ["r2"],
+        [("refund", REFUND)],
+        [("refund", REFUND), ("refund", other)],
+    )
+
+
+async def test_a_sync_invoke_is_refused_before_anything_runs() -> None:
+    """The bridge's tools are async only (asyncio, one code path): ``graph.invoke`` fails
+    with LangChain's NotImplementedError before the executor sees the call."""
+    support = Support()
+    async with Executor(support.registry, ledger=MemoryLedger()) as executor:
+        graph, _ = agent(executor, support.registry, [calls(("lookup", {"order_id": "A1"}, "c1"))])
+        with pytest.raises(NotImplementedError):
+            graph.invoke(ask(), thread("t1"))
+        assert (await types(executor), support.ran) == ([], [])
