@@ -301,3 +301,22 @@ async def test_a_sync_invoke_is_refused_before_anything_runs() -> None:
         with pytest.raises(NotImplementedError):
             graph.invoke(ask(), thread("t1"))
         assert (await types(executor), support.ran) == ([], [])
+
+
+async def test_arguments_named_like_langgraphs_injections_reach_the_tool() -> None:
+    """A registry tool may take ``runtime`` or ``state``: the bridge's own injected runtime
+    has another name, so the model's values arrive as sent."""
+    from agent_adapter import Registry
+    from agent_adapter.integrations.langgraph import NAME
+
+    registry = Registry()
+
+    @registry.tool(targets=[NAME])
+    async def deploy(runtime: str, state: str) -> str:
+        return f"{runtime}/{state}"
+
+    async with Executor(registry, ledger=MemoryLedger()) as executor:
+        args = {"runtime": "py311", "state": "on"}
+        graph, _ = agent(executor, registry, [calls(("deploy", args, "c1"))])
+        done = await graph.ainvoke(ask(), thread("t1"))
+    assert tool_messages(done) == [("c1", "success", "py311/on")]
