@@ -231,3 +231,27 @@ async def test_a_refusal_raised_to_the_host_is_our_exception_and_leaves_the_thre
         support.ran,
         replayed,
     ) == (DuplicateEffect, True, ("tools",), "done", [("refund", REFUND)], ["c2"])
+
+
+async def test_answer_invalid_tool_calls_in_a_graph_of_ones_own() -> None:
+    """``answer_invalid_tool_calls`` (for hand-built graphs) records each unparseable call
+    to our tools once (a repeat is answered from the ledger) and answers a call to any other
+    tool without recording it."""
+    from agent_adapter.integrations.langgraph import answer_invalid_tool_calls
+
+    support = Support()
+    message = unparseable()
+    message.invalid_tool_calls.append(
+        {"name": "weather", "args": "{", "id": "c9", "error": "bad", "type": "invalid_tool_call"}
+    )
+    async with Executor(support.registry, ledger=MemoryLedger()) as executor:
+        tools = langgraph_tools(support.registry, executor=executor)
+        first = await answer_invalid_tool_calls(message, tools, config=thread("t1"))
+        again = await answer_invalid_tool_calls(message, tools, config=thread("t1"))
+        events = await types(executor)
+    kinds = [(m.tool_call_id, m.status, '"kind":"tool-args-invalid"' in m.content) for m in first]
+    assert (kinds, [m.content for m in again] == [m.content for m in first], events) == (
+        [("c1", "error", True), ("c9", "error", True)],
+        True,
+        [("call.requested", "c1"), ("call.invalid", "c1"), ("call.replayed", "c1")],
+    )
