@@ -312,8 +312,10 @@ _REGISTER_HINT = (
             "are mcp, openai_agents, temporal",
         ),
         (
-            ["langchain"],
-            "tool refund: unknown target 'langchain'; the bridges are mcp, openai_agents, temporal",
+            # (Not a name near a bridge's: "langchain" would be "did you mean 'langgraph'?"
+            # once the LangGraph bridge registered its name in this process.)
+            ["crewai"],
+            "tool refund: unknown target 'crewai'; the bridges are mcp, openai_agents, temporal",
         ),
         (
             "openai_agents",
