@@ -249,6 +249,24 @@ def main() -> None:
             ],
         )
     )
+    added = {
+        bridge: summarize(
+            [
+                b - f
+                for b, f in zip(results[bridge].samples, results[framework].samples, strict=True)
+            ]
+        )
+        for bridge, framework in (
+            ("bridge FunctionTool", "sdk @function_tool"),
+            ("langgraph bridge tool", "langgraph @tool"),
+        )
+    }
+    print(
+        "\nAdded per call (bridge - the framework's own tool call, per round): OpenAI Agents "
+        f"{fmt_ns(added['bridge FunctionTool'][0])} ns, LangGraph "
+        f"{fmt_ns(added['langgraph bridge tool'][0])} ns (a LangChain tool call is itself "
+        "several times the SDK's, so the same executor cost is a smaller ratio)."
+    )
     print(f"\n{args.rounds} rounds, median; spread = inter-quartile range / median.")
 
 
