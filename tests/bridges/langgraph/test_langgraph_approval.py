@@ -320,3 +320,33 @@ async def test_arguments_named_like_langgraphs_injections_reach_the_tool() -> No
         graph, _ = agent(executor, registry, [calls(("deploy", args, "c1"))])
         done = await graph.ainvoke(ask(), thread("t1"))
     assert tool_messages(done) == [("c1", "success", "py311/on")]
+
+
+async def test_the_interrupt_shows_redacted_arguments_and_an_edit_may_keep_them() -> None:
+    """The interrupt value (stored in the checkpointer, read by whoever resumes) carries
+    the arguments as the ledger redacts them; an edit that leaves a redacted value as shown
+    keeps the requested value, and the body gets it."""
+    from agent_adapter import Registry
+    from agent_adapter.integrations.langgraph import NAME
+
+    registry = Registry()
+    charged: list[str] = []
+
+    @registry.tool(confirm=True, redact=("card",), targets=[NAME])
+    async def charge(card: str, amount_cents: int) -> str:
+        charged.append(card)
+        return f"charged {amount_cents}"
+
+    async with Executor(registry, ledger=MemoryLedger()) as executor:
+        args = {"card": "4111-1111", "amount_cents": 900}
+        graph, _ = agent(executor, registry, [calls(("charge", args, "c1"))])
+        (paused,) = (await graph.ainvoke(ask(), thread("t1")))["__interrupt__"]
+        edits = {**paused.value["args"], "amount_cents": 800}
+        done = await graph.ainvoke(
+            Command(resume={paused.id: answer(paused, edits=edits)}), thread("t1")
+        )
+    assert (paused.value["args"], tool_messages(done), charged) == (
+        {"card": "[redacted]", "amount_cents": 900},
+        [("c1", "success", "charged 800")],
+        ["4111-1111"],
+    )
