@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench,temporal,pydantic-ai]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench,temporal,langgraph,pydantic-ai]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -15,6 +15,15 @@ function (``add(a, b)``), with a fresh ToolContext (a new call id) per call:
 - ``ToolContext()`` alone: building the per-call context, part of every tool figure;
   and ``ToolContext() + executor.run_spec``: both without the bridge, so that the
   bridge's own share is the difference, per round.
+- ``langgraph @tool`` (the LangGraph baseline): LangChain's own ``@tool`` for the same
+  function, called as a ToolNode calls it (``await tool.ainvoke(tool_call)``, a ToolCall
+  with a fresh id, answered with a ToolMessage); nothing is recorded.
+- ``langgraph bridge tool``: the LangGraph bridge's tool, called the same way with the
+  ``ToolRuntime`` a ToolNode injects (a fresh thread per call, as the OpenAI variant has
+  a fresh run per call); the executor validates, digests and records as above.
+
+The LangGraph bridge's ratio to its own baseline is printed beside the OpenAI bridge's
+ratio to its own, from the same run, and their quotient (target: at most 1.3).
 
 A fresh executor (and memory ledger) per block keeps ledger growth out of the figures.
 
@@ -43,7 +52,10 @@ from _harness import (
     abench,
     fmt_ns,
     fmt_pct,
+    fmt_ratio,
     header,
+    markdown_table,
+    paired_ratio,
     parse_args,
     results_table,
     summarize,
@@ -51,6 +63,8 @@ from _harness import (
 from agents import function_tool as sdk_function_tool
 from agents.agent_tool_state import set_agent_tool_state_scope
 from agents.tool_context import ToolContext
+from langchain_core.tools import tool as langchain_tool
+from langgraph.prebuilt import ToolRuntime
 from pydantic_ai import Agent
 from pydantic_ai import RunContext as PydanticRunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -60,6 +74,8 @@ from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
 from agent_adapter import CallContext, Decision, Executor, Registry, digest
+from agent_adapter.bridges.langgraph import NAME as LANGGRAPH
+from agent_adapter.bridges.langgraph import langgraph_tools
 from agent_adapter.bridges.openai_agents import INTEGRATION, function_tool
 from agent_adapter.bridges.pydantic_ai import NAME as PYDANTIC_AI
 from agent_adapter.bridges.pydantic_ai import ExecutorToolset
@@ -82,7 +98,36 @@ def _registry() -> Registry:
     return registry
 
 
+def _langgraph_registry() -> Registry:
+    registry = Registry()
+    registry.tool(add_async, name="add", targets=[LANGGRAPH])
+    return registry
+
+
 REGISTRY = _registry()
+LANGGRAPH_REGISTRY = _langgraph_registry()
+ARGS_DICT = {"a": 1, "b": 2}
+
+
+def _tool_call(**injected: Any) -> dict[str, Any]:
+    return {
+        "name": "add",
+        "args": {**ARGS_DICT, **injected},
+        "id": f"c{next(_ids)}",
+        "type": "tool_call",
+    }
+
+
+def _runtime() -> ToolRuntime[Any, Any]:
+    """The ToolRuntime a ToolNode injects (a fresh thread per call)."""
+    return ToolRuntime(
+        state={"messages": []},
+        context=None,
+        config={"configurable": {"thread_id": f"t{next(_ids)}"}, "metadata": {}},
+        stream_writer=lambda _chunk: None,
+        tool_call_id=None,
+        store=None,
+    )
 
 
 def _context(name: str) -> ToolContext[Any]:
@@ -103,6 +148,8 @@ class Holder:
         self.executor = Executor(REGISTRY, ledger=MemoryLedger())
         self.tool = function_tool(REGISTRY.get("add"), executor=self.executor)
         self.gated = function_tool(REGISTRY.get("add_gated"), executor=self.executor)
+        self.lg_executor = Executor(LANGGRAPH_REGISTRY, ledger=MemoryLedger())
+        (self.lg_tool,) = langgraph_tools(LANGGRAPH_REGISTRY, executor=self.lg_executor)
 
 
 def main() -> None:
@@ -143,11 +190,33 @@ def main() -> None:
     async def context_op() -> Any:
         return _context("add")
 
+    async def add_plain(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    # Evaluated annotations, as a module without postponed annotations has: LangChain
+    # reads a tool function's type hints on every call, and this module's strings would
+    # be compiled each time, slowing the baseline for a reason of this file's own.
+    add_plain.__annotations__ = {"a": int, "b": int, "return": int}
+    lg_plain = langchain_tool(add_plain)
+
+    async def lg_plain_op() -> Any:
+        return await lg_plain.ainvoke(_tool_call())
+
+    async def lg_bridge_op() -> Any:
+        runtime = _runtime()
+        call = _tool_call(agent_adapter_runtime=runtime)
+        runtime.tool_call_id = call["id"]
+        return await holder.lg_tool.ainvoke(call)
+
     async def check() -> None:
         assert await sdk_op() == 3
         assert await bridge_op() == "3"
         assert await gated_op() == "3"  # the token approved it (no port: it would be denied)
         assert await engine_op() == 3
+        assert (await lg_plain_op()).content == "3"
+        reply = await lg_bridge_op()
+        assert (reply.content, reply.status) == ("3", "success")
 
     async def run() -> Any:
         await check()
@@ -159,6 +228,8 @@ def main() -> None:
                 Variant("executor.run_spec alone", engine_op, setup=holder.reset),
                 Variant("ToolContext() alone", context_op),
                 Variant("ToolContext() + executor.run_spec", context_engine_op, setup=holder.reset),
+                Variant("langgraph @tool", lg_plain_op),
+                Variant("langgraph bridge tool", lg_bridge_op, setup=holder.reset),
             ],
             baseline="sdk @function_tool",
             rounds=args.rounds,
@@ -180,10 +251,47 @@ def main() -> None:
         "The bridge's own share (bridge FunctionTool - (ToolContext() + executor.run_spec), "
         f"per round): {fmt_ns(own)} ns (spread {fmt_pct(spread)}).\n"
     )
-    print(f"{args.rounds} rounds, median; spread = inter-quartile range / median.\n")
-    openai_ratio = results["bridge FunctionTool"].ratio
-    assert openai_ratio is not None
-    bench_pydantic_ai(args, openai_ratio)
+    openai_ratio = paired_ratio(
+        results["bridge FunctionTool"].samples, results["sdk @function_tool"].samples
+    )
+    lg_ratio = paired_ratio(
+        results["langgraph bridge tool"].samples, results["langgraph @tool"].samples
+    )
+    print(
+        markdown_table(
+            ["bridge", "bridge / framework's own tool call", "quotient to the OpenAI bridge's"],
+            [
+                ["OpenAI Agents (FunctionTool / @function_tool)", fmt_ratio(openai_ratio), "1.00x"],
+                [
+                    "LangGraph (bridge tool / @tool, both through tool.ainvoke(tool_call))",
+                    fmt_ratio(lg_ratio),
+                    f"{lg_ratio / openai_ratio:.2f}x (target <= 1.3x)",
+                ],
+            ],
+        )
+    )
+    added = {
+        bridge: summarize(
+            [
+                b - f
+                for b, f in zip(results[bridge].samples, results[framework].samples, strict=True)
+            ]
+        )
+        for bridge, framework in (
+            ("bridge FunctionTool", "sdk @function_tool"),
+            ("langgraph bridge tool", "langgraph @tool"),
+        )
+    }
+    print(
+        "\nAdded per call (bridge - the framework's own tool call, per round): OpenAI Agents "
+        f"{fmt_ns(added['bridge FunctionTool'][0])} ns, LangGraph "
+        f"{fmt_ns(added['langgraph bridge tool'][0])} ns (a LangChain tool call is itself "
+        "several times the SDK's, so the same executor cost is a smaller ratio)."
+    )
+    print(f"\n{args.rounds} rounds, median; spread = inter-quartile range / median.\n")
+    pydantic_baseline = results["bridge FunctionTool"].ratio
+    assert pydantic_baseline is not None
+    bench_pydantic_ai(args, pydantic_baseline)
 
 
 class PydanticHolder:

@@ -28,6 +28,8 @@ PACKAGES = [
     "agent_adapter.hooks",
     "agent_adapter.errors",
     "agent_adapter.testing",
+    "agent_adapter.bridges.langgraph",
+    "agent_adapter.integrations.langgraph",
 ]
 
 
