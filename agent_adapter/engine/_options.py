@@ -33,7 +33,7 @@ __all__ = [
 
 #: The bundled bridges a tool can name in ``Registry.tool(targets=...)`` (DESIGN.md,
 #: "Bridges"); a bridge outside this package adds its name with ``register_target``.
-BRIDGES: tuple[str, ...] = ("mcp", "openai_agents", "temporal")
+BRIDGES: tuple[str, ...] = ("langgraph", "mcp", "openai_agents", "pydantic_ai", "temporal")
 _targets: list[str] = list(BRIDGES)
 _TARGET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-.")
 

@@ -308,11 +308,12 @@ _REGISTER_HINT = (
         (
             ["openai"],
             "tool refund: unknown target 'openai' (did you mean 'openai_agents'?); the bridges "
-            "are mcp, openai_agents, temporal",
+            "are langgraph, mcp, openai_agents, pydantic_ai, temporal",
         ),
         (
             ["haystack"],
-            "tool refund: unknown target 'haystack'; the bridges are mcp, openai_agents, temporal",
+            "tool refund: unknown target 'haystack'; the bridges are langgraph, mcp, openai_agents, "
+            "pydantic_ai, temporal",
         ),
         (
             "openai_agents",
