@@ -18,14 +18,23 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from ..errors import ApprovalPending, ToolArgsInvalid, ToolUsageError
-from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
-from ..ledger._recordable import UnrecordableEvent, append_repaired, checked_clock, recordable, text
+from ..ledger import (
+    ApprovalAnswered,
+    ApprovalConsumed,
+    ApprovalDeferred,
+    Event,
+    UnrecordableEvent,
+    append_repaired,
+    checked_clock,
+    recordable,
+)
+from ..ledger import recordable_text as text
 from ._digest import canonical
 from ._edits import EditProblem, edit_problem
 from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
-    from ..ledger._protocol import Ledger
+    from ..ledger import Ledger
 
 __all__ = [
     "REDACTED",

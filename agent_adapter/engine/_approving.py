@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
-from ..ledger._events import (
+from ..ledger import (
     ApprovalConsumed,
     ApprovalDeferred,
     ApprovalGranted,
@@ -19,9 +19,10 @@ from ..ledger._events import (
     CallRequested,
     CallValidated,
     Event,
+    appending,
+    recordable,
 )
-from ..ledger._follow import appending
-from ..ledger._recordable import recordable, text
+from ..ledger import recordable_text as text
 from ._approval import ApprovalRequest, Decision
 from ._context import Call, CallContext, _current
 from ._prepare import approval_needed

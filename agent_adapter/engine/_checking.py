@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError, GuardrailBlocked, RunLimitExceeded
-from ..ledger._events import (
+from ..ledger import (
     CallBlocked,
     CallInvalid,
     CallLimited,
@@ -14,7 +14,7 @@ from ..ledger._events import (
     GuardChecked,
     GuardVerdict,
 )
-from ..ledger._recordable import text
+from ..ledger import recordable_text as text
 from ._context import Call
 from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop
 

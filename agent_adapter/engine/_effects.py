@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmbiguousEffect, DuplicateEffect, EffectInFlight, ToolUsageError
-from ..ledger._effect_keys import AMBIGUOUS, IN_FLIGHT, lease_text
-from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
-from ..ledger._recordable import text
+from ..ledger import (
+    AMBIGUOUS,
+    IN_FLIGHT,
+    CallAmbiguous,
+    CallDuplicate,
+    EffectClaimed,
+    EffectResolved,
+    lease_text,
+)
+from ..ledger import recordable_text as text
 from ._context import Call
 from ._run import _Run, _Stop
 from ._state import EffectState

@@ -19,17 +19,18 @@ from ..errors import (
     ToolTimeout,
     ToolUsageError,
 )
-from ..ledger._events import (
+from ..ledger import (
     CallCached,
     CallStarted,
     CallSucceeded,
     CallTimedOut,
     EffectClaimed,
     EffectRenewed,
+    EffectTaken,
     Event,
+    UnrecordableEvent,
+    append_repaired,
 )
-from ..ledger._follow import EffectTaken
-from ..ledger._recordable import UnrecordableEvent, append_repaired
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest

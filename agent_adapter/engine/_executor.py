@@ -30,32 +30,33 @@ from ..errors import (
     ToolArgsInvalid,
     ToolUsageError,
 )
-from ..ledger._effect_keys import DEFAULT_LEASE_S, DEFAULT_SKEW_MARGIN_S
-from ..ledger._events import (
+from ..ledger import (
+    DEFAULT_LEASE_S,
+    DEFAULT_SKEW_MARGIN_S,
     CallCancelled,
     CallFailed,
     CallRequested,
     CallValidated,
+    ChainWatch,
     Event,
+    Follow,
     HookFailed,
-    decode_event,
-)
-from ..ledger._follow import Follow, appending
-from ..ledger._memory import MemoryLedger
-from ..ledger._protocol import Ledger
-from ..ledger._recordable import (
+    Ledger,
+    MemoryLedger,
     UnrecordableEvent,
     append_repaired,
+    appending,
     checked_clock,
+    decode_event,
     recordable,
-    text,
 )
-from ..ledger._watch import ChainWatch
+from ..ledger import (
+    recordable_text as text,
+)
 from . import _approving, _checking, _effects, _executing, _replaying
 from ._approval import ApprovalPort, redacted
 from ._context import Call, CallContext, Outcome, _current
 from ._limits import RunLimits
-from ._prepare import Prepared, prepare
 from ._options import (
     check_approval,
     check_clock,
@@ -63,11 +64,11 @@ from ._options import (
     check_hooks,
     check_ledger,
     check_limits,
-    check_registry,
     check_seconds,
 )
-from ._run import _maybe_await, _name_of, new_id, _Run, _scrub, _Stop, _validated
-from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
+from ._prepare import Prepared, prepare
+from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop, _validated, new_id
+from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec, check_registry
 from ._state import Projection
 
 __all__ = ["Executor", "get_default_executor"]

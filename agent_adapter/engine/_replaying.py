@@ -19,7 +19,7 @@ from ..errors import (
     ToolUsageError,
     error_from_kind,
 )
-from ..ledger._events import (
+from ..ledger import (
     CallAmbiguous,
     CallBlocked,
     CallCached,

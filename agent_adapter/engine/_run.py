@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolArgsInvalid
-from ..ledger._events import Event
-from ..ledger._recordable import text
+from ..ledger import Event
+from ..ledger import recordable_text as text
 from ._context import Call, CallContext
 from ._digest import canonical
 from ._redaction import _fields, values_at
