@@ -13,7 +13,7 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REDACTED",
-    "ApprovalPort",
     "ApprovalRequest",
     "CallbackApproval",
     "Decision",
@@ -167,13 +166,6 @@ def _schema_to_record(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     if schema is None or recordable(schema) is not schema:
         return None
     return schema
-
-
-@runtime_checkable
-class ApprovalPort(Protocol):
-    """Anything with ``async decide(request) -> Decision | None``."""
-
-    async def decide(self, request: ApprovalRequest) -> Decision | None: ...
 
 
 class CallbackApproval:
