@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from hashlib import sha256
 from typing import Any
 
@@ -38,6 +38,7 @@ from ._outcome import end, write
 from ._pipeline import Pipeline
 from ._replaying import _repeat, typed_result
 from ._run import _Run, _Stop
+from ._spec import ToolSpec
 
 __all__ = ["_execute", "_execute_plain", "_rollback", "_unchanged"]
 
@@ -81,6 +82,13 @@ def _unchanged(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = False) ->
     run.call = call
     _current.set(call)
     return call
+
+
+def _body(pipe: Pipeline, spec: ToolSpec, call: Call) -> Awaitable[Any]:
+    """The tool body's awaitable: the async function's coroutine, or a worker thread."""
+    if spec.is_async:
+        return spec.fn(**call.args)  # type: ignore[no-any-return]
+    return _in_thread(pipe, spec.fn, call)
 
 
 async def _in_thread(pipe: Pipeline, fn: Callable[..., Any], call: Call) -> Any:
@@ -283,6 +291,8 @@ async def _execute(pipe: Pipeline, run: _Run, call: Call) -> Any:
         try:
             if spec.timeout is not None:
                 result = await _timed(pipe, run, call)
+            elif pipe.around is not None:
+                result = await pipe.around(call, lambda: _body(pipe, spec, call))
             elif spec.is_async:
                 result = await spec.fn(**call.args)
             else:
@@ -441,7 +451,9 @@ async def _timed(pipe: Pipeline, run: _Run, call: Call) -> Any:
     task: asyncio.Task[Any] = entry.task  # type: ignore[assignment]  # set until done
     cancelling = task.cancelling()
     try:
-        if spec.is_async:
+        if pipe.around is not None:
+            result = await pipe.around(call, lambda: _body(pipe, spec, call))
+        elif spec.is_async:
             result = await fn(**call.args)
         else:
             result = await _in_thread(pipe, fn, call)

@@ -73,7 +73,7 @@ from ._options import (
     check_seconds,
 )
 from ._outcome import end, end_cancelled
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, compose_around
 from ._prepare import Prepared, prepare
 from ._replaying import _repeat, recorded_error
 from ._run import _name_of, _Run, _Stop, _validated, new_id, requested_args
@@ -172,6 +172,7 @@ class Executor:
             before=tuple((h.before_tool, _name_of(h)) for h in hooks if hasattr(h, "before_tool")),
             after=tuple((h.after_tool, _name_of(h)) for h in hooks if hasattr(h, "after_tool")),
             on_event=tuple((h.on_event, _name_of(h)) for h in hooks if hasattr(h, "on_event")),
+            around=compose_around(tuple(h.around_body for h in hooks if hasattr(h, "around_body"))),
             guards=tuple(guards),
             output_guards=tuple(output_guards),
             #: This executor's id, recorded as the holder of every effect key it claims.
@@ -559,7 +560,7 @@ class Executor:
                 and spec.timeout is None
                 and spec.is_async
                 and not spec.output_guards
-                and not (run.exposed or pipe.observed or pipe.after or pipe.output_guards)
+                and not (run.exposed or pipe.observed or pipe.always_full)
             ):
                 return await _execute_plain(pipe, run, call)
             return await _execute(pipe, run, call)

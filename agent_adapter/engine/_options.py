@@ -53,7 +53,7 @@ def register_target(name: str) -> str:
     return name
 
 
-_HOOK_METHODS = ("before_tool", "after_tool", "on_event")
+_HOOK_METHODS = ("before_tool", "after_tool", "on_event", "around_body")
 
 
 def _kind(value: Any) -> str:

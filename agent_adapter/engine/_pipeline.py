@@ -15,7 +15,7 @@ when ``start`` replays the ledger), ``follower`` and ``shared`` (set by ``start`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import AdapterError
@@ -36,7 +36,11 @@ from ._limits import RunLimits
 from ._run import _maybe_await, _Run, _scrub
 from ._state import Projection
 
-__all__ = ["Pipeline"]
+__all__ = ["Around", "Pipeline", "compose_around"]
+
+#: The composed ``around_body`` chain: ``around(call, body)`` runs ``body()`` (the tool
+#: body's awaitable) inside every hook's ``around_body``.
+Around = Callable[[Call, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 class Pipeline:
@@ -45,8 +49,10 @@ class Pipeline:
 
     __slots__ = (
         "after",
+        "always_full",
         "append_now",
         "approval",
+        "around",
         "background",
         "before",
         "catch_up",
@@ -82,6 +88,7 @@ class Pipeline:
         before: tuple[tuple[Callable[..., Any], str], ...],
         after: tuple[tuple[Callable[..., Any], str], ...],
         on_event: tuple[tuple[Callable[..., Any], str], ...],
+        around: Around | None,
         guards: tuple[Callable[..., Any], ...],
         output_guards: tuple[Callable[..., Any], ...],
         executor_id: str,
@@ -104,6 +111,11 @@ class Pipeline:
         self.before = before
         self.after = after
         self.on_event = on_event
+        #: the hooks' ``around_body`` methods composed into one (None: no hook has one)
+        self.around = around
+        # What sends every call down the full path, fixed for this executor's life
+        # (``observed`` is not: subscribers come and go).
+        self.always_full = bool(after or output_guards or around is not None)
         self.guards = guards
         self.output_guards = output_guards
         self.executor_id = executor_id
@@ -235,3 +247,30 @@ class Pipeline:
         task = asyncio.ensure_future(later())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+
+def compose_around(
+    arounds: tuple[Callable[[Call, Callable[[], Awaitable[Any]]], Awaitable[Any]], ...],
+) -> Around | None:
+    """The hooks' ``around_body`` methods as one callable, built once, in reverse (as
+    temporalio's interceptors): the first hook is the outermost, and ``next()`` of the
+    last runs the body. None when no hook has one, so that a call pays nothing."""
+    if not arounds:
+        return None
+
+    def innermost(call: Call, body: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+        return body()
+
+    chain: Around = innermost
+    for around in reversed(arounds):
+        chain = _link(around, chain)
+    return chain
+
+
+def _link(
+    around: Callable[[Call, Callable[[], Awaitable[Any]]], Awaitable[Any]], inner: Around
+) -> Around:
+    def link(call: Call, body: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+        return around(call, lambda: inner(call, body))
+
+    return link
