@@ -1,4 +1,4 @@
-"""The plain call's straight path (``_execute_plain``) records what the full path records.
+"""The plain call's straight path (``Plan.straight``) records what the full path records.
 
 A call with nothing to decide (an async body; no cache, effect key, timeout, output
 guard, ``on_event`` or ``after_tool`` hook) skips the steps that would do nothing, and a
@@ -84,15 +84,17 @@ async def _run(
     registry = _registry(gate)
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger, hooks=[NoOpAfter()] if full else [])
-    straight = _executor._execute_plain
+    execute = _executor._execute
     taken = 0
 
-    async def counted(pipe: Any, run: Any, call: Any) -> Any:
+    async def counted(pipe: Any, run: Any, call: Any, plan: Any) -> Any:
+        # The straight path: a plan with nothing to decide, for a call whose arguments
+        # no code saw, on an executor nobody observes.
         nonlocal taken
-        taken += 1
-        return await straight(pipe, run, call)
+        taken += plan.straight and not (run.exposed or pipe.observed)
+        return await execute(pipe, run, call, plan)
 
-    monkeypatch.setattr(_executor, "_execute_plain", counted)
+    monkeypatch.setattr(_executor, "_execute", counted)
     ctx = CallContext(run_id="run-1", call_id="call-1")
     kind = ""
     if tool == "hang":

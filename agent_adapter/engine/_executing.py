@@ -36,11 +36,12 @@ from ._digest import canonical, digest
 from ._effects import _ambiguous, _claim, _Stale
 from ._outcome import end, write
 from ._pipeline import Pipeline
+from ._plan import Plan
 from ._replaying import _repeat, typed_result
 from ._run import _Run, _Stop
 from ._spec import ToolSpec
 
-__all__ = ["_execute", "_execute_plain", "_rollback", "_unchanged"]
+__all__ = ["_execute", "_rollback", "_unchanged"]
 
 _CLAIM_EVENTS = (EffectClaimed, CallStarted)
 _CONTAINERS = (dict, list)
@@ -187,74 +188,161 @@ def _unclaim(
     return call
 
 
-async def _execute(pipe: Pipeline, run: _Run, call: Call) -> Any:
-    """Steps 7-10: cache, effect claim, started, body, output guards, outcome."""
+async def _execute(pipe: Pipeline, run: _Run, call: Call, plan: Plan) -> Any:
+    """Steps 7-10, the one body path: cache, effect claim, started, body, output guards,
+    outcome; each step only when the spec's plan has it.
+
+    A call with nothing to decide (``plan.straight``: an async body; no cache, effect key,
+    timeout, output guard, ``after_tool`` or ``around_body`` hook) goes straight through:
+    ``call.started`` appended (a MemoryLedger with no coroutine, ``append_now``), the
+    body awaited, the outcome written. Appends ``call.cached``, or ``effect.claimed`` and
+    ``call.started`` (durable before the body, unless ``durability="outcome"``), then
+    ``guard.checked`` (output) and the outcome.
+    """
     spec = run.spec
-    ctx = run.ctx
-    clock = pipe.clock
-    if spec.cache is not None:
-        hit, value = pipe.state.cached(spec.name, call.digest, clock())
+    if plan.cache is not None:
+        hit, value = pipe.state.cached(spec.name, call.digest, pipe.clock())
         if hit:
-            stored, value = value, typed_result(spec, value)
-            now = clock()
-            await end(
-                pipe,
-                run,
-                CallCached(
-                    ts=now,
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    tool=spec.name,
-                    duration_ms=(now - run.t0) * 1000.0,
-                    result=stored,
-                    digest=call.digest,
-                ),
-            )
-            return value
-    caught_up = False
-    refusals = 0
-    before: tuple[Any, bool, Any] = (None, False, None)
-    events: list[Event] = []
-    while True:
+            return await _cached(pipe, run, call, value)
+    events: list[Event]
+    if plan.effect:
+        claimed = await _claim_and_start(pipe, run, call)
+        if claimed is None:
+            # The catch-up found this very call id finished by another process (its
+            # outcome took the call out of flight): answer from the ledger, as step 0
+            # would have. Nothing of this attempt is recorded, and the body never runs.
+            run.ended = True
+            return await _repeat(pipe, spec, call.args, run.ctx)
+        effect_key, call, events = claimed
+    else:
         effect_key = None
-        if spec.effect is not None:
-            inflight = pipe.state.inflight.get(run.key)
-            if inflight is None:
-                # The catch-up found this very call id finished by another process (its
-                # outcome took the call out of flight): answer from the ledger, as step 0
-                # would have. Nothing of this attempt is recorded, and the body never runs.
-                run.ended = True
-                return await _repeat(pipe, spec, call.args, run.ctx)
-            counted = inflight.counted
-            try:
-                effect_key = _claim(
-                    pipe, run, call, fresh=caught_up or refusals > 0 or not pipe.shared
-                )
-            except _Stale:
-                # Another process claimed the key: hear what became of it, then decide.
-                caught_up = True
-                if pipe.catch_up is not None:
-                    await pipe.catch_up()
-                continue
-            before = (inflight, counted, pipe.state.effects.get(effect_key))
+        ctx = run.ctx
         started = CallStarted(
-            ts=clock(),
+            ts=pipe.clock(),
             run_id=ctx.run_id,
             call_id=ctx.call_id,
             tool=spec.name,
             digest=call.digest,
-            effect_key=effect_key or "",
         )
         pipe.state._started(started)
         run.buffer.append(started)
         run.started = True
-        if spec.durability == "outcome":
+        if plan.durable_start:
+            # Durable before the body runs, so a crash leaves an ambiguous call, never a
+            # forgotten one. (Pipeline.append inlined: its coroutine is ~3% of an
+            # in-memory call, benchmarks/ab_core.py.)
+            events, run.buffer = run.buffer, []
+            try:
+                append_now = pipe.append_now
+                try:
+                    if append_now is not None:
+                        append_now(events)
+                    else:
+                        await pipe.ledger.append_many(events)
+                except UnrecordableEvent as refused:  # (never for what the boundary checked)
+                    await append_repaired(pipe.ledger, events, refused)
+            except Exception:
+                _rollback(pipe, run)
+                raise
+        else:
             # No effect key, no approval (Registry refuses them): a crash during the body
             # can lose only the record that this call started, and running it again is
             # harmless. The buffer is committed with the outcome, in one append.
-            break
+            events = []
+    if pipe.observed:
+        if events:
+            await pipe.dispatch(events)
+        # Code that saw the arguments may have run during that await (an on_event
+        # hook, or a task holding what a hook or guard was given): the body gets
+        # exactly the digested arguments, in a copy nobody else holds, or does not run.
+        call = _unchanged(pipe, run, call, fresh=True)
+    elif run.exposed:
+        call = _unchanged(pipe, run, call, fresh=True)
+    run.reached_body = True
+    try:
+        if plan.direct and effect_key is None:
+            result = await spec.fn(**call.args)
+        else:
+            result = await _run_body(pipe, run, call, plan, effect_key)
+    except _Stop:
+        raise
+    except Exception as exc:
+        raise _body_failed(pipe, run, exc) from None
+    if plan.output_guards:
+        await _guard(pipe, run, call, "output", plan.output_guards, (call, result))
+    outcome = _succeeded(pipe, run, result)
+    events = await write(pipe, run, outcome)
+    if pipe.observed:
+        # (A subscriber that arrived while the body ran sees the outcome too.)
+        await pipe.dispatch(events)
+    if pipe.after:
+        await pipe.after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
+    return result
+
+
+async def _cached(pipe: Pipeline, run: _Run, call: Call, stored: Any) -> Any:
+    """Step 7, a hit: ``call.cached`` is the outcome and the stored value the answer."""
+    spec = run.spec
+    ctx = run.ctx
+    value = typed_result(spec, stored)
+    now = pipe.clock()
+    await end(
+        pipe,
+        run,
+        CallCached(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            result=stored,
+            digest=call.digest,
+        ),
+    )
+    return value
+
+
+async def _claim_and_start(
+    pipe: Pipeline, run: _Run, call: Call
+) -> tuple[str, Call, list[Event]] | None:
+    """Steps 8-9 for a call with an effect key: claim it, then ``call.started``, both
+    durable before the body (or with the outcome: ``durability="outcome"`` has no key).
+
+    Returns the key, the call and the events written; None when the call id turned out
+    to be finished by another process (answered as a repeat). Another process's claim
+    that lands first makes the claim step decide again (duplicate or ambiguous).
+    """
+    spec = run.spec
+    ctx = run.ctx
+    caught_up = False
+    refusals = 0
+    while True:
+        inflight = pipe.state.inflight.get(run.key)
+        if inflight is None:
+            return None
+        counted = inflight.counted
+        try:
+            effect_key = _claim(pipe, run, call, fresh=caught_up or refusals > 0 or not pipe.shared)
+        except _Stale:
+            # Another process claimed the key: hear what became of it, then decide.
+            caught_up = True
+            if pipe.catch_up is not None:
+                await pipe.catch_up()
+            continue
+        before = (inflight, counted, pipe.state.effects.get(effect_key))
+        started = CallStarted(
+            ts=pipe.clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            digest=call.digest,
+            effect_key=effect_key,
+        )
+        pipe.state._started(started)
+        run.buffer.append(started)
+        run.started = True
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
-        # forgotten one. (_flush inlined: the buffer is never empty here.)
+        # forgotten one. (The buffer is never empty here.)
         events, run.buffer = run.buffer, []
         try:
             await pipe.append(events)
@@ -275,101 +363,28 @@ async def _execute(pipe: Pipeline, run: _Run, call: Call) -> Any:
         except Exception:
             _rollback(pipe, run)
             raise
-        break
-    if pipe.observed:
-        await pipe.dispatch(events)
-    if run.exposed or pipe.observed:
-        # Code that saw the arguments may have run during that await (an on_event
-        # hook, or a task holding what a hook or guard was given): the body gets
-        # exactly the digested arguments, in a copy nobody else holds, or does not run.
-        call = _unchanged(pipe, run, call, fresh=True)
-    run.reached_body = True
+        return effect_key, call, events
+
+
+async def _run_body(
+    pipe: Pipeline, run: _Run, call: Call, plan: Plan, effect_key: str | None
+) -> Any:
+    """The body when it is not simply awaited: under its deadline, inside the hooks'
+    ``around_body``, in a worker thread, or holding an effect lease while it runs."""
     # The holder is alive while its body runs: its lease says so to every other reader.
     if effect_key is not None:
         pipe.leases.hold(run, effect_key)
     try:
-        try:
-            if spec.timeout is not None:
-                result = await _timed(pipe, run, call)
-            elif pipe.around is not None:
-                result = await pipe.around(call, lambda: _body(pipe, spec, call))
-            elif spec.is_async:
-                result = await spec.fn(**call.args)
-            else:
-                result = await _in_thread(pipe, spec.fn, call)
-        finally:
-            if effect_key is not None:
-                writing = pipe.leases.release(run)
-                if writing is not None:
-                    await asyncio.wait((writing,))
-    except _Stop:
-        raise
-    except Exception as exc:
-        raise _body_failed(pipe, run, exc) from None
-    if spec.output_guards or pipe.output_guards:
-        await _guard(
-            pipe, run, call, "output", spec.output_guards + pipe.output_guards, (call, result)
-        )
-    outcome = _succeeded(pipe, run, result)
-    events = await write(pipe, run, outcome)
-    if pipe.observed:
-        await pipe.dispatch(events)
-    if pipe.after:
-        await pipe.after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
-    return result
-
-
-async def _execute_plain(pipe: Pipeline, run: _Run, call: Call) -> Any:
-    """Steps 9-10 for a plain call: ``_execute`` with nothing to decide.
-
-    For an async body with no cache, effect key, timeout, output guard, ``on_event`` or
-    ``after_tool`` hook (``run_spec`` checks): the same events in the same appends, the
-    same outcomes and errors, without the steps that would do nothing. A MemoryLedger is
-    written to directly (``append_now``): nothing can see an event applied and not stored.
-    """
-    spec = run.spec
-    ctx = run.ctx
-    started = CallStarted(
-        ts=pipe.clock(),
-        run_id=ctx.run_id,
-        call_id=ctx.call_id,
-        tool=spec.name,
-        digest=call.digest,
-    )
-    state = pipe.state
-    state._started(started)
-    run.buffer.append(started)
-    run.started = True
-    # Executor._append inlined (here only: its coroutine is ~3% of an in-memory call,
-    # benchmarks/ab_core.py): a MemoryLedger is written with no coroutine at all.
-    append_now = pipe.append_now
-    if spec.durability != "outcome":
-        events, run.buffer = run.buffer, []
-        try:
-            try:
-                if append_now is not None:
-                    append_now(events)
-                else:
-                    await pipe.ledger.append_many(events)
-            except UnrecordableEvent as refused:  # (never for what the boundary checked)
-                await append_repaired(pipe.ledger, events, refused)
-        except Exception:
-            _rollback(pipe, run)
-            raise
-    run.reached_body = True
-    try:
-        result = await spec.fn(**call.args)
-    except _Stop:
-        raise
-    except Exception as exc:
-        raise _body_failed(pipe, run, exc) from None
-    outcome = _succeeded(pipe, run, result)
-    events = await write(pipe, run, outcome)
-    if pipe.observed:
-        # A subscriber that arrived while the body ran (subscribe() registers at once):
-        # the outcome is its to see, as after Executor._end.
-        await pipe.dispatch(events)
-    return result
+        if plan.timeout is not None:
+            return await _timed(pipe, run, call)
+        if pipe.around is not None:
+            return await pipe.around(call, lambda: _body(pipe, run.spec, call))
+        return await _body(pipe, run.spec, call)
+    finally:
+        if effect_key is not None:
+            writing = pipe.leases.release(run)
+            if writing is not None:
+                await asyncio.wait((writing,))
 
 
 def _body_failed(pipe: Pipeline, run: _Run, exc: Exception) -> _Stop:

@@ -49,7 +49,7 @@ from ._effects import (
     in_flight_effects,
     resolve_effect,
 )
-from ._executing import _execute, _execute_plain, _unchanged
+from ._executing import _execute, _unchanged
 from ._extensions import (
     AppendsNow,
     ApprovalPort,
@@ -74,6 +74,7 @@ from ._options import (
 )
 from ._outcome import end, end_cancelled
 from ._pipeline import Pipeline, compose_around
+from ._plan import Plan, plan_of
 from ._prepare import Prepared, prepare
 from ._replaying import _repeat, recorded_error
 from ._run import _name_of, _Run, _Stop, _validated, new_id, requested_args
@@ -188,6 +189,8 @@ class Executor:
         self._opens = store.open if isinstance(store, Opens) else None
         self._keyed = store if isinstance(store, Keyed) else None
         self._followable = store if isinstance(store, Followable) else None
+        # Each spec's plan, built at its first call (see _plan).
+        self._plans: dict[ToolSpec, Plan] = {}
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
@@ -489,10 +492,12 @@ class Executor:
             except AdapterError as exc:
                 exc.recorded_by = key
                 raise
+        # What this spec's calls need, decided at its first call (see _plan).
+        plan = self._plans.get(spec)
+        if plan is None:
+            plan = plan_of(pipe, self._plans, spec)
         clock = pipe.clock
         run = _Run(spec, ctx, clock())
-        if spec.cache is not None and spec.name not in state.cache_ttl:
-            state.cache_ttl[spec.name] = spec.cache
         # The projection's handlers are called directly for the events this function
         # builds (the type is known here): the same code replay reaches through
         # Projection.apply, without its dispatch per event.
@@ -534,36 +539,23 @@ class Executor:
                 args=validated,
                 digest=call_digest,
                 ctx=ctx,
-                effect_key=None if spec.effect is None else _render(pipe, run, validated),
+                effect_key=_render(pipe, run, validated) if plan.effect else None,
             )
             run.call = call
             token = _current.set(call)
-            # Steps 3-6 are awaited only when they have something to do for this call
+            # Steps 3-6 are awaited only when they have something to do for this spec
             # (no hook, guard, limit or confirm rule: nothing to run, nothing recorded).
-            checked = bool(pipe.before or pipe.guards or spec.guards)
-            if checked or pipe.limits is not None:
+            if plan.checks:
                 call = await _checks(pipe, run, call)
-            confirm = spec.confirm
-            if confirm is not False:
+            if plan.confirm is not False:
                 call = await _approve(pipe, run, call)
-                # User code saw the arguments only through a confirm rule or a port; a
-                # decision carried in the context is checked without calling anyone
-                # (edits are validated into a new dict and re-checked by _checks).
-                if confirm is not True or pipe.approval is not None:
-                    checked = True
-            if checked:
+            if plan.exposed:
+                # User code saw the arguments (a hook, a guard, a confirm rule or a port;
+                # a decision carried in the context is checked without calling anyone,
+                # and edits are validated into a new dict and re-checked by _checks).
                 run.exposed = True
                 _unchanged(pipe, run, call)
-            if (
-                spec.cache is None
-                and spec.effect is None
-                and spec.timeout is None
-                and spec.is_async
-                and not spec.output_guards
-                and not (run.exposed or pipe.observed or pipe.always_full)
-            ):
-                return await _execute_plain(pipe, run, call)
-            return await _execute(pipe, run, call)
+            return await _execute(pipe, run, call, plan)
         except _Stop as stop:
             await end(pipe, run, stop.outcome, error=stop.error)
             if isinstance(stop.error, AdapterError):
