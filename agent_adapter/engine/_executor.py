@@ -99,6 +99,13 @@ class Executor:
     unless their context carries a decision. Open one on an existing ledger with
     ``await Executor.open(...)`` so that its projections are rebuilt first.
 
+    The extension points are typed in ``agent_adapter.engine`` (``_extensions``):
+    ``ledger`` a ``Store``, ``approval`` an ``ApprovalPort``, ``hooks`` objects with any
+    of ``before_tool``, ``after_tool``, ``on_event`` and ``around_body`` (``Hook``; the
+    ``around_body`` methods wrap the tool body, the first hook outermost), ``guards`` and
+    ``output_guards`` functions (``Guard``, ``OutputGuard``). All of it is composed here,
+    once, into the ``Pipeline`` every step is given.
+
     The options are checked here, once: a path as ``ledger``, a function as ``approval``,
     a dict as ``limits``, a hook with no hook method or a guard that cannot take its
     arguments is a ``ToolUsageError`` saying what to pass.
