@@ -1,7 +1,6 @@
 """The engine: specs and registry, digest, the executor pipeline, approval ports."""
 
 from ._approval import (
-    ApprovalPort,
     ApprovalRequest,
     CallbackApproval,
     Decision,
@@ -12,6 +11,23 @@ from ._approval import (
 from ._context import Call, CallContext, Outcome, current_call
 from ._digest import canonical, digest
 from ._executor import Executor, get_default_executor
+from ._extensions import (
+    AfterTool,
+    AppendsNow,
+    ApprovalPort,
+    AroundBody,
+    BeforeTool,
+    CatchUp,
+    Followable,
+    Guard,
+    Hook,
+    Keyed,
+    OnEvent,
+    Opens,
+    OutputGuard,
+    RecordReader,
+    Store,
+)
 from ._limits import RunLimits
 from ._options import register_target
 from ._prepare import Prepared
@@ -23,22 +39,36 @@ from ._state import Projection
 from ._tokens import TokenTable
 
 __all__ = [
+    "AfterTool",
+    "AppendsNow",
     "ApprovalPort",
     "ApprovalRequest",
+    "AroundBody",
+    "BeforeTool",
     "Call",
     "CallContext",
     "CallbackApproval",
+    "CatchUp",
     "Decision",
     "DeferredApproval",
     "Executor",
+    "Followable",
+    "Guard",
+    "Hook",
+    "Keyed",
     "MAX_ARGS_BYTES",
     "MAX_ARGS_DEPTH",
+    "OnEvent",
+    "Opens",
     "Outcome",
+    "OutputGuard",
     "PendingApproval",
     "Prepared",
     "Projection",
+    "RecordReader",
     "Registry",
     "RunLimits",
+    "Store",
     "TokenTable",
     "ToolSpec",
     "canonical",

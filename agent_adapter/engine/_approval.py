@@ -13,23 +13,31 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..errors import ApprovalPending, ToolArgsInvalid, ToolUsageError
-from ..ledger._events import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred, Event
-from ..ledger._recordable import UnrecordableEvent, append_repaired, checked_clock, recordable, text
+from ..ledger import (
+    ApprovalAnswered,
+    ApprovalConsumed,
+    ApprovalDeferred,
+    Event,
+    UnrecordableEvent,
+    append_repaired,
+    checked_clock,
+    recordable,
+)
+from ..ledger import recordable_text as text
 from ._digest import canonical
 from ._edits import EditProblem, edit_problem
 from ._redaction import REDACTED, overridden, redacted, values_at
 
 if TYPE_CHECKING:
-    from ..ledger._protocol import Ledger
+    from ..ledger import Ledger
 
 __all__ = [
     "REDACTED",
-    "ApprovalPort",
     "ApprovalRequest",
     "CallbackApproval",
     "Decision",
@@ -158,13 +166,6 @@ def _schema_to_record(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     if schema is None or recordable(schema) is not schema:
         return None
     return schema
-
-
-@runtime_checkable
-class ApprovalPort(Protocol):
-    """Anything with ``async decide(request) -> Decision | None``."""
-
-    async def decide(self, request: ApprovalRequest) -> Decision | None: ...
 
 
 class CallbackApproval:

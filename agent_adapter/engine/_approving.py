@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid, ToolUsageError
-from ..ledger._events import (
+from ..errors import ApprovalDenied, ApprovalPending, ToolArgsInvalid
+from ..ledger import (
     ApprovalConsumed,
     ApprovalDeferred,
     ApprovalGranted,
@@ -19,23 +19,26 @@ from ..ledger._events import (
     CallRequested,
     CallValidated,
     Event,
+    recordable,
 )
-from ..ledger._follow import appending
-from ..ledger._recordable import recordable, text
+from ..ledger import recordable_text as text
 from ._approval import ApprovalRequest, Decision
+from ._checking import _checks, _invalid
 from ._context import Call, CallContext, _current
+from ._effects import _render
+from ._outcome import end
+from ._pipeline import Pipeline
 from ._prepare import approval_needed
 from ._redaction import restored
-from ._run import _Run, _Stop, _validated
+from ._run import _Run, _Stop, _validated, requested_args
 
 if TYPE_CHECKING:
-    from ._executor import Executor
     from ._spec import ToolSpec
 
-__all__ = ["_approve", "_pending", "_port_records", "refuse"]
+__all__ = ["_approve", "_pending", "_port_records", "_refused"]
 
 
-async def _approve(self: Executor, run: _Run, call: Call) -> Call:
+async def _approve(pipe: Pipeline, run: _Run, call: Call) -> Call:
     """Step 6: the confirm rule, then the context's decision or the port."""
     confirm = run.spec.confirm
     if confirm is False:
@@ -44,7 +47,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
     if confirm is not True and not await approval_needed(run.spec, call, run.ctx):
         return call
     ctx = run.ctx
-    clock = self._clock
+    clock = pipe.clock
     # 128 random bits in uuid4().hex's format, without building a UUID (~4x cheaper).
     request_id = os.urandom(16).hex()
     requested = ApprovalRequested(
@@ -56,23 +59,23 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         digest=call.digest,
     )
     # The projection's handler for approval.requested, called directly (see run_spec).
-    self.state._counting(requested)
+    pipe.state._counting(requested)
     run.buffer.append(requested)
     decision: Decision | None = None
     source = "context"
     carried = ctx.approval
     if isinstance(carried, Decision) and carried.digest in (None, call.digest):
         decision = carried
-    elif self.approval is not None:
+    elif pipe.approval is not None:
         source = "port"
         # Durable before a reviewer is asked: the request may outlive this process.
-        await self._flush(run)
+        await pipe.flush(run)
         run.count_durable = True  # approval.requested (the counting event) is on disk
         # The key's state as of that write (other writers' events are folded by then):
         # a reviewer is told when approving cannot make the call run. Only told: the
         # effect check (step 8) decides, as for any call.
         key = call.effect_key
-        held = self.state.effects.get(key) if key is not None else None
+        held = pipe.state.effects.get(key) if key is not None else None
         request = ApprovalRequest(
             request_id=request_id,
             run_id=ctx.run_id,
@@ -89,21 +92,21 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             effect_by_call_id="" if held is None else held.call_id,
         )
         try:
-            answer = await self.approval.decide(request)
+            answer = await pipe.approval.decide(request)
         except ApprovalPending as exc:
-            if self._observed:
-                await self._port_records(requested)
-            raise _Stop(self._pending(run, exc.request_id), exc) from None
+            if pipe.observed:
+                await _port_records(pipe, requested)
+            raise _Stop(_pending(pipe, run, exc.request_id), exc) from None
         except Exception as exc:
             answer = Decision(
                 approved=False,
                 reason=f"approval port failed: {type(exc).__name__}: {exc}",
             )
-        if self._observed:
-            await self._port_records(requested)
+        if pipe.observed:
+            await _port_records(pipe, requested)
         if answer is None:
             raise _Stop(
-                self._pending(run, request_id),
+                _pending(pipe, run, request_id),
                 ApprovalPending(
                     f"approval {request_id} for {call.tool} is pending",
                     request_id=request_id,
@@ -118,7 +121,7 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
             else "no approval port and no decision in the call context"
         )
         denied = _deny(
-            self,
+            pipe,
             run,
             request_id,
             call.digest,
@@ -139,9 +142,9 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         try:
             edited, edited_digest = _validated(run.spec, edits)
         except ToolArgsInvalid as exc:
-            raise _Stop(self._invalid(run, f"edited {exc}"), exc) from None
+            raise _Stop(_invalid(pipe, run, f"edited {exc}"), exc) from None
         call = msgspec.structs.replace(
-            call, args=edited, digest=edited_digest, effect_key=self._render(run, edited)
+            call, args=edited, digest=edited_digest, effect_key=_render(pipe, run, edited)
         )
         run.call = call
         _current.set(call)
@@ -162,12 +165,12 @@ async def _approve(self: Executor, run: _Run, call: Call) -> Call:
         )
     )
     if decision.edits is not None:
-        call = await self._checks(run, call)
+        call = await _checks(pipe, run, call)
     return call
 
 
 def _deny(
-    self: Executor,
+    pipe: Pipeline,
     run: _Run,
     request_id: str,
     digest: str,
@@ -176,9 +179,9 @@ def _deny(
     reason: str,
 ) -> CallDenied:
     """Emit ``approval.denied`` for ``digest``; return the ``call.denied`` outcome to record."""
-    now = self._clock()
+    now = pipe.clock()
     ctx = run.ctx
-    self._emit(
+    pipe.emit(
         run,
         ApprovalRejected(
             ts=now,
@@ -203,9 +206,9 @@ def _deny(
     )
 
 
-def _pending(self: Executor, run: _Run, request_id: str) -> Event:
+def _pending(pipe: Pipeline, run: _Run, request_id: str) -> Event:
     """The ``call.pending`` outcome naming the deferred request that holds the call."""
-    now = self._clock()
+    now = pipe.clock()
     return CallPending(
         ts=now,
         run_id=run.ctx.run_id,
@@ -217,7 +220,7 @@ def _pending(self: Executor, run: _Run, request_id: str) -> Event:
     )
 
 
-async def _port_records(self: Executor, requested: ApprovalRequested) -> None:
+async def _port_records(pipe: Pipeline, requested: ApprovalRequested) -> None:
     """Show hooks and subscribers what the port appended for this call.
 
     A deferred port writes ``approval.pending`` and ``approval.consumed`` to the ledger
@@ -226,59 +229,17 @@ async def _port_records(self: Executor, requested: ApprovalRequested) -> None:
     """
     records: list[Event] = [
         event
-        async for event in self.ledger.read(
+        async for event in pipe.ledger.read(
             after=requested.seq, run_id=requested.run_id, call_id=requested.call_id
         )
         if isinstance(event, ApprovalDeferred | ApprovalConsumed)
     ]
     if records:
-        await self._dispatch(records)
-
-
-async def refuse(
-    self: Executor,
-    spec: ToolSpec,
-    args: Any,
-    ctx: CallContext,
-    *,
-    reviewer: str = "",
-    reason: str = "",
-    source: str = "port",
-) -> bool:
-    """Record a call that was denied before it reached the executor; nothing runs.
-
-    A bridge calls this when a framework will never invoke the tool because a reviewer
-    said no at the framework's own pause (the OpenAI Agents SDK's ``RunState.reject``),
-    so the ledger still shows who denied which arguments. Appends ``call.requested``,
-    then ``call.invalid`` for arguments that do not validate, else ``call.validated``,
-    ``approval.requested``, ``approval.denied`` and ``call.denied``. No hook, guard,
-    limit, cache, effect or body runs. Returns False, recording nothing, when the call
-    id already has events (the refusal is already on record, or the call ran).
-    ``reviewer`` and ``reason`` follow ``Decision``'s rules (None is "").
-    """
-    # Normalised (or refused) before anything is recorded, as a Decision's fields are.
-    denial = Decision(approved=False, reviewer=reviewer, reason=reason)
-    reviewer, reason = denial.reviewer, denial.reason
-    if not isinstance(source, str):
-        raise ToolUsageError(f"source must be text, not {type(source).__name__}")
-    source = text(source)
-    if not self._started:
-        await self._ensure_started()
-    while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)
-        await self._recall(ctx.run_id)
-    key = (ctx.run_id, ctx.call_id)
-    if key in self.state.outcomes or key in self.state.inflight:
-        return False
-    mine = appending.set(self._follower)  # ours: never handed back to us
-    try:
-        await _refused(self, spec, args, ctx, reviewer, reason, source)
-    finally:
-        appending.reset(mine)
-    return True
+        await pipe.dispatch(records)
 
 
 async def _refused(
-    self: Executor,
+    pipe: Pipeline,
     spec: ToolSpec,
     args: Any,
     ctx: CallContext,
@@ -287,31 +248,31 @@ async def _refused(
     source: str,
 ) -> None:
     """``refuse``'s records, appended in the executor's name."""
-    clock = self._clock
+    clock = pipe.clock
     run = _Run(spec, ctx, clock())
     requested = CallRequested(
         ts=run.t0,
         run_id=ctx.run_id,
         call_id=ctx.call_id,
         tool=spec.name,
-        args=self._requested_args(spec, args),
+        args=requested_args(spec, args),
         metadata=ctx.metadata,
     )
-    self._emit(run, requested)
+    pipe.emit(run, requested)
     try:
         _args, call_digest = _validated(spec, args)
     except ToolArgsInvalid as exc:
         requested.args = recordable(requested.args)  # (as in run_spec)
-        await self._end(run, self._invalid(run, str(exc)), error=exc)
+        await end(pipe, run, _invalid(pipe, run, str(exc)), error=exc)
         return
     request_id = os.urandom(16).hex()
-    self._emit(
+    pipe.emit(
         run,
         CallValidated(
             ts=clock(), run_id=ctx.run_id, call_id=ctx.call_id, tool=spec.name, digest=call_digest
         ),
     )
-    self._emit(
+    pipe.emit(
         run,
         ApprovalRequested(
             ts=clock(),
@@ -322,5 +283,5 @@ async def _refused(
             digest=call_digest,
         ),
     )
-    denied = _deny(self, run, request_id, call_digest, reviewer, source, reason)
-    await self._end(run, denied)
+    denied = _deny(pipe, run, request_id, call_digest, reviewer, source, reason)
+    await end(pipe, run, denied)

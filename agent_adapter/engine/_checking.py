@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import AdapterError, GuardrailBlocked, RunLimitExceeded
-from ..ledger._events import (
+from ..ledger import (
     CallBlocked,
     CallInvalid,
     CallLimited,
@@ -14,19 +14,17 @@ from ..ledger._events import (
     GuardChecked,
     GuardVerdict,
 )
-from ..ledger._recordable import text
+from ..ledger import recordable_text as text
 from ._context import Call
+from ._pipeline import Pipeline
 from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop
-
-if TYPE_CHECKING:
-    from ._executor import Executor
 
 __all__ = ["_blocked", "_checks", "_guard", "_invalid", "_limit"]
 
 
-def _invalid(self: Executor, run: _Run, message: str) -> Event:
+def _invalid(pipe: Pipeline, run: _Run, message: str) -> Event:
     """The ``call.invalid`` outcome for ``message`` (bad arguments or a bad edit)."""
-    now = self._clock()
+    now = pipe.clock()
     return CallInvalid(
         ts=now,
         run_id=run.ctx.run_id,
@@ -37,9 +35,9 @@ def _invalid(self: Executor, run: _Run, message: str) -> Event:
     )
 
 
-def _blocked(self: Executor, run: _Run, stage: str, by: str, reason: str, kind: str) -> Event:
+def _blocked(pipe: Pipeline, run: _Run, stage: str, by: str, reason: str, kind: str) -> Event:
     """The ``call.blocked`` outcome: ``stage`` hook/input/output, ``by`` the hook or guard."""
-    now = self._clock()
+    now = pipe.clock()
     return CallBlocked(
         ts=now,
         run_id=run.ctx.run_id,
@@ -53,9 +51,9 @@ def _blocked(self: Executor, run: _Run, stage: str, by: str, reason: str, kind: 
     )
 
 
-async def _checks(self: Executor, run: _Run, call: Call) -> Call:
+async def _checks(pipe: Pipeline, run: _Run, call: Call) -> Call:
     """Steps 3-5: before_tool hooks, input guards, run limits."""
-    for hook, name in self._before:
+    for hook, name in pipe.before:
         try:
             await _maybe_await(hook(call))
         except Exception as exc:
@@ -66,17 +64,17 @@ async def _checks(self: Executor, run: _Run, call: Call) -> Call:
             )
             if error is not exc:
                 error.__cause__ = exc
-            raise _Stop(self._blocked(run, "hook", name, str(exc), error.kind), error) from None
-    guards = run.spec.guards + self._guards
+            raise _Stop(_blocked(pipe, run, "hook", name, str(exc), error.kind), error) from None
+    guards = run.spec.guards + pipe.guards
     if guards:
-        await self._guard(run, call, "input", guards, (call,))
-    if self.limits is not None:
-        self._limit(run, call)
+        await _guard(pipe, run, call, "input", guards, (call,))
+    if pipe.limits is not None:
+        _limit(pipe, run, call)
     return call
 
 
 async def _guard(
-    self: Executor,
+    pipe: Pipeline,
     run: _Run,
     call: Call,
     stage: str,
@@ -103,10 +101,10 @@ async def _guard(
             verdicts.append(GuardVerdict(name=name, ok=False, reason=_scrub(str(blocked), run)))
             break
         verdicts.append(GuardVerdict(name=name, ok=True))
-    self._emit(
+    pipe.emit(
         run,
         GuardChecked(
-            ts=self._clock(),
+            ts=pipe.clock(),
             run_id=run.ctx.run_id,
             call_id=run.ctx.call_id,
             tool=run.spec.name,
@@ -116,30 +114,30 @@ async def _guard(
     )
     if blocked is not None:
         raise _Stop(
-            self._blocked(run, stage, verdicts[-1].name, str(blocked), blocked.kind), blocked
+            _blocked(pipe, run, stage, verdicts[-1].name, str(blocked), blocked.kind), blocked
         )
 
 
-def _limit(self: Executor, run: _Run, call: Call) -> None:
+def _limit(pipe: Pipeline, run: _Run, call: Call) -> None:
     """Step 5: ``call.limited`` when the run is over a limit, else count the call (once)."""
-    limits = self.limits
+    limits = pipe.limits
     assert limits is not None
-    inflight = self.state.inflight[run.key]
+    inflight = pipe.state.inflight[run.key]
     if inflight.counted:
         return  # an edited call re-checks; it already counts once
     run_id = run.ctx.run_id
     reason = ""
-    if limits.max_calls is not None and self.state.run_calls.get(run_id, 0) >= limits.max_calls:
+    if limits.max_calls is not None and pipe.state.run_calls.get(run_id, 0) >= limits.max_calls:
         reason = f"run {run_id} reached max_calls={limits.max_calls}"
     per_tool = limits.per_tool(call.tool)
     if (
         not reason
         and per_tool is not None
-        and self.state.tool_calls.get((run_id, call.tool), 0) >= per_tool
+        and pipe.state.tool_calls.get((run_id, call.tool), 0) >= per_tool
     ):
         reason = f"run {run_id} reached max_calls_per_tool={per_tool} for {call.tool}"
     if reason:
-        now = self._clock()
+        now = pipe.clock()
         raise _Stop(
             CallLimited(
                 ts=now,
@@ -152,4 +150,4 @@ def _limit(self: Executor, run: _Run, call: Call) -> None:
             RunLimitExceeded(reason),
         )
     # Counted now, with no await since the check: concurrent calls cannot both pass.
-    self.state.count(run_id, inflight)
+    pipe.state.count(run_id, inflight)

@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolUsageError
-from ..ledger._recordable import recordable, text
+from ..ledger import recordable
+from ..ledger import recordable_text as text
 
 __all__ = ["Call", "CallContext", "Outcome", "current_call"]
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import AmbiguousEffect, DuplicateEffect, EffectInFlight, ToolUsageError
-from ..ledger._effect_keys import AMBIGUOUS, IN_FLIGHT, lease_text
-from ..ledger._events import CallAmbiguous, CallDuplicate, EffectClaimed, EffectResolved
-from ..ledger._recordable import text
+from ..ledger import (
+    AMBIGUOUS,
+    IN_FLIGHT,
+    CallAmbiguous,
+    CallDuplicate,
+    EffectClaimed,
+    EffectResolved,
+    lease_text,
+)
+from ..ledger import recordable_text as text
 from ._context import Call
+from ._pipeline import Pipeline
 from ._run import _Run, _Stop
 from ._state import EffectState
-
-if TYPE_CHECKING:
-    from ._executor import Executor
 
 __all__ = [
     "_Stale",
@@ -45,7 +50,7 @@ class _Stale(Exception):
     """Internal: the key is claimed by another process as of our last news of it."""
 
 
-def _render(self: Executor, run: _Run, args: dict[str, Any]) -> str | None:
+def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
     """The effect key of ``args`` (None for a tool without one), rendered right after
     validation (and again after an edit), so that confirm rules, guards and hooks see
     the key the call will claim. A template that cannot be rendered ends the call with
@@ -59,16 +64,16 @@ def _render(self: Executor, run: _Run, args: dict[str, Any]) -> str | None:
             raise TypeError(f"it is {type(key).__name__}, not text")
     except Exception as exc:
         error = ToolUsageError(f"effect key of {spec.name} cannot be rendered: {exc}")
-        failed = self._failed(run, error)
+        failed = pipe.failed(run, error)
         # The call passed the limit check with no counting event since: say so, so
         # that replay counts it as the live executor did.
-        inflight = self.state.inflight.get(run.key)
+        inflight = pipe.state.inflight.get(run.key)
         failed.counted = inflight is not None and inflight.counted
         raise _Stop(failed, error) from None
     return text(key)
 
 
-def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
+def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
     """Step 8: claim the call's effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
@@ -80,13 +85,13 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
     spec = run.spec
     key = call.effect_key
     assert key is not None
-    state = self.state.effects.get(key)
+    state = pipe.state.effects.get(key)
     ctx = run.ctx
     if state is not None:
         if not fresh and state.status != "committed":
             raise _Stale
-        now = self._clock()
-        status = state.status_at(now, self.skew_margin_s)
+        now = pipe.clock()
+        status = state.status_at(now, pipe.skew_margin_s)
         if status == "committed":
             same = state.digest == call.digest
             message = (
@@ -116,7 +121,7 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
             )
         if status == IN_FLIGHT:
             reason = _in_flight_reason(key, state)
-            stop = _ambiguous(self, run, key, reason)
+            stop = _ambiguous(pipe, run, key, reason)
             assert isinstance(stop.outcome, CallAmbiguous)
             stop.outcome.in_flight = True
             stop.error = EffectInFlight(
@@ -151,29 +156,29 @@ def _claim(self: Executor, run: _Run, call: Call, *, fresh: bool = True) -> str:
                 f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
                 "whose outcome is unknown; resolve it with resolve_effect"
             )
-        raise _ambiguous(self, run, key, reason)
-    self._emit(
+        raise _ambiguous(pipe, run, key, reason)
+    pipe.emit(
         run,
         EffectClaimed(
-            ts=self._clock(),
+            ts=pipe.clock(),
             run_id=ctx.run_id,
             call_id=ctx.call_id,
             tool=spec.name,
             key=key,
             digest=call.digest,
-            holder=self.executor_id,
-            pid=self._pid,
-            host=self._host,
+            holder=pipe.executor_id,
+            pid=pipe.pid,
+            host=pipe.host,
             # Renewed every third of it while the body runs (_executing._Lease).
-            lease_until=self._clock() + self.lease_s,
+            lease_until=pipe.clock() + pipe.lease_s,
         ),
     )
     return key
 
 
-def _ambiguous(self: Executor, run: _Run, key: str, reason: str) -> _Stop:
+def _ambiguous(pipe: Pipeline, run: _Run, key: str, reason: str) -> _Stop:
     """End the call with ``call.ambiguous`` (AmbiguousEffect): the key's fate is unknown."""
-    now = self._clock()
+    now = pipe.clock()
     return _Stop(
         CallAmbiguous(
             ts=now,
@@ -189,12 +194,12 @@ def _ambiguous(self: Executor, run: _Run, key: str, reason: str) -> _Stop:
 
 
 async def resolve_effect(
-    self: Executor,
+    pipe: Pipeline,
     key: str,
     *,
     outcome: str,
     reviewer: str,
-    reason: str | None = None,
+    reason: str,
     force: bool = False,
 ) -> None:
     """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
@@ -207,17 +212,8 @@ async def resolve_effect(
     a holder known to be gone before its lease ends; recorded with ``forced`` (the
     audit reports it).
     """
-    if outcome not in ("committed", "failed"):
-        raise ToolUsageError('outcome must be "committed" or "failed"')
-    if not isinstance(reviewer, str) or not reviewer:
-        raise ToolUsageError("resolving an effect needs a reviewer name")
-    if reason is not None and not isinstance(reason, str):
-        raise ToolUsageError(f"reason must be text, not {type(reason).__name__}")
-    reviewer, reason = text(reviewer), text(reason or "")
-    if not self._started:
-        await self._ensure_started()
-    state = self.state.effects.get(key)
-    status = "unknown" if state is None else state.status_at(self._clock(), self.skew_margin_s)
+    state = pipe.state.effects.get(key)
+    status = "unknown" if state is None else state.status_at(pipe.clock(), pipe.skew_margin_s)
     forced = False
     if state is not None and status in (IN_FLIGHT, "claimed") and force:
         forced = True
@@ -233,15 +229,15 @@ async def resolve_effect(
     elif status != AMBIGUOUS:
         raise ToolUsageError(f"effect {key} is {status}, not ambiguous; nothing to resolve")
     assert state is not None
-    if key in self._running_keys:
+    if key in pipe.running_keys:
         raise ToolUsageError(
             f"effect {key} is ambiguous but its body is still running in a worker thread "
             "(a sync tool past its timeout); resolve it once that thread has returned"
         )
-    await self._record(
+    await pipe.record(
         [
             EffectResolved(
-                ts=self._clock(),
+                ts=pipe.clock(),
                 run_id=state.run_id,
                 call_id=state.call_id,
                 key=key,
@@ -254,28 +250,28 @@ async def resolve_effect(
     )
 
 
-def effect_status(self: Executor, key: str) -> str:
+def effect_status(pipe: Pipeline, key: str) -> str:
     """The key's status now: ``committed``, ``ambiguous``, ``in flight`` (its holder's
     lease is live), ``claimed`` (a live claim with no lease) or ``unknown``."""
-    state = self.state.effects.get(key)
+    state = pipe.state.effects.get(key)
     if state is None:
         return "unknown"
-    return state.status_at(self._clock(), self.skew_margin_s)
+    return state.status_at(pipe.clock(), pipe.skew_margin_s)
 
 
-def ambiguous_effects(self: Executor) -> dict[str, tuple[str, str]]:
+def ambiguous_effects(pipe: Pipeline) -> dict[str, tuple[str, str]]:
     """Ambiguous keys (claims whose outcome is unknown and whose holder's lease, if any,
     has expired) and the (run_id, call_id) that claimed each."""
-    now, margin = self._clock(), self.skew_margin_s
+    now, margin = pipe.clock(), pipe.skew_margin_s
     return {
         k: (s.run_id, s.call_id)
-        for k, s in self.state.effects.items()
+        for k, s in pipe.state.effects.items()
         if s.status_at(now, margin) == AMBIGUOUS
     }
 
 
-def in_flight_effects(self: Executor) -> dict[str, EffectState]:
+def in_flight_effects(pipe: Pipeline) -> dict[str, EffectState]:
     """Keys whose holder's lease is live (their calls have no outcome yet): each key's
     state names the holder (``holder``, ``pid``, ``host``) and ``lease_until``."""
-    now, margin = self._clock(), self.skew_margin_s
-    return {k: s for k, s in self.state.effects.items() if s.status_at(now, margin) == IN_FLIGHT}
+    now, margin = pipe.clock(), pipe.skew_margin_s
+    return {k: s for k, s in pipe.state.effects.items() if s.status_at(now, margin) == IN_FLIGHT}

@@ -4,11 +4,10 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from hashlib import sha256
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -19,37 +18,37 @@ from ..errors import (
     ToolTimeout,
     ToolUsageError,
 )
-from ..ledger._events import (
+from ..ledger import (
     CallCached,
     CallStarted,
     CallSucceeded,
     CallTimedOut,
     EffectClaimed,
-    EffectRenewed,
+    EffectTaken,
     Event,
+    UnrecordableEvent,
+    append_repaired,
 )
-from ..ledger._follow import EffectTaken
-from ..ledger._recordable import UnrecordableEvent, append_repaired
+from ._checking import _guard
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
-from ._effects import _ambiguous, _Stale
-from ._replaying import typed_result
+from ._effects import _ambiguous, _claim, _Stale
+from ._outcome import end, write
+from ._pipeline import Pipeline
+from ._plan import Plan
+from ._replaying import _repeat, typed_result
 from ._run import _Run, _Stop
+from ._spec import ToolSpec
 
-if TYPE_CHECKING:
-    from ._executor import Executor
-
-__all__: list[str] = []
-
-_log = logging.getLogger("agent_adapter")
+__all__ = ["_execute", "_rollback", "_unchanged"]
 
 _CLAIM_EVENTS = (EffectClaimed, CallStarted)
 _CONTAINERS = (dict, list)
 _encode = msgspec.json.encode
 
 
-def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) -> Call:
+def _unchanged(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = False) -> Call:
     """Refuse arguments changed in place since their digest was taken (``call.failed``).
 
     Hooks, guards and confirm rules get the validated dict itself; approvals, the
@@ -69,8 +68,8 @@ def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) ->
             f"the arguments of {call.tool} were changed in place after validation (by a "
             "hook, guard or confirm rule); approvals, cache and effects bind to their digest"
         )
-        failed = self._failed(run, error)
-        failed.counted = self.state.inflight[run.key].counted
+        failed = pipe.failed(run, error)
+        failed.counted = pipe.state.inflight[run.key].counted
         failed.ran = False  # checked before the body: it never ran
         raise _Stop(failed, error)
     if not fresh:
@@ -86,7 +85,14 @@ def _unchanged(self: Executor, run: _Run, call: Call, *, fresh: bool = False) ->
     return call
 
 
-async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
+def _body(pipe: Pipeline, spec: ToolSpec, call: Call) -> Awaitable[Any]:
+    """The tool body's awaitable: the async function's coroutine, or a worker thread."""
+    if spec.is_async:
+        return spec.fn(**call.args)  # type: ignore[no-any-return]
+    return _in_thread(pipe, spec.fn, call)
+
+
+async def _in_thread(pipe: Pipeline, fn: Callable[..., Any], call: Call) -> Any:
     """A sync body in a worker thread (which sees ``current_call()``).
 
     A timeout or cancel stops the wait, not the thread: while the thread runs, its
@@ -96,7 +102,7 @@ async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
     key = call.effect_key
     if key is None:
         return await asyncio.to_thread(fn, **call.args)
-    running = self._running_keys
+    running = pipe.running_keys
     running[key] = running.get(key, 0) + 1
     lock = threading.Lock()
     stage = ["queued"]  # -> "running" in the thread, or "abandoned" here; under ``lock``
@@ -130,87 +136,7 @@ async def _in_thread(self: Executor, fn: Callable[..., Any], call: Call) -> Any:
         raise
 
 
-class Leases:
-    """Keeps an executor's running effect calls in flight: one timer, every third of
-    ``lease_s``, renews (``effect.renewed``, one batch) the lease of each call that has
-    been running since the previous tick, pushing it on by ``lease_s``.
-
-    One timer for all calls, not one per call: a call that ends within its first period
-    costs a dict insert and a pop, and appends nothing more. A renewal is written at most
-    two periods after the claim or the previous renewal, so a live holder's lease never
-    runs out (it lasts three).
-    """
-
-    __slots__ = ("_due", "_executor", "_handle", "_running", "_writing", "_written")
-
-    def __init__(self, executor: Executor) -> None:
-        self._executor = executor
-        #: running calls (by their _Run's id): the run and its effect key
-        self._running: dict[int, tuple[_Run, str]] = {}
-        #: the calls that were running at the previous tick: renewed at the next one
-        self._due: set[int] = set()
-        self._handle: asyncio.TimerHandle | None = None
-        self._writing: asyncio.Task[None] | None = None
-        self._written: set[int] = set()  # the calls of the renewal being written
-
-    def hold(self, run: _Run, key: str) -> None:
-        """``run``'s body starts: renew its claim of ``key`` while it runs."""
-        self._running[id(run)] = (run, key)
-        if self._handle is None:
-            period = self._executor.lease_s / 3
-            self._handle = asyncio.get_running_loop().call_later(period, self._tick)
-
-    def release(self, run: _Run) -> asyncio.Task[None] | None:
-        """``run``'s body ended: no more renewals. Returns the renewal of it being written,
-        if any, to wait for before its outcome is recorded (none may land after it)."""
-        self._running.pop(id(run), None)
-        self._due.discard(id(run))
-        writing = self._writing
-        if writing is not None and id(run) in self._written and not writing.done():
-            return writing
-        return None
-
-    def _tick(self) -> None:
-        self._handle = None
-        running = self._running
-        due = [running[i] for i in self._due if i in running]
-        self._due = set(running)
-        if due and (self._writing is None or self._writing.done()):
-            self._written = {id(run) for run, _ in due}
-            self._writing = asyncio.get_running_loop().create_task(self._renew(due))
-        if running:
-            period = self._executor.lease_s / 3
-            self._handle = asyncio.get_running_loop().call_later(period, self._tick)
-
-    async def _renew(self, due: list[tuple[_Run, str]]) -> None:
-        executor = self._executor
-        now = executor._clock()
-        events: list[Event] = [
-            EffectRenewed(
-                ts=now,
-                run_id=run.ctx.run_id,
-                call_id=run.ctx.call_id,
-                tool=run.spec.name,
-                key=key,
-                lease_until=now + executor.lease_s,
-            )
-            for run, key in due
-        ]
-        try:
-            await executor._record(events)
-        except Exception as exc:
-            # The bodies run on: a lease that lapses makes the key ambiguous to others
-            # (never free), so the effect still cannot run twice without an operator.
-            _log.warning("effect leases could not be renewed: %s", exc)
-
-    def close(self) -> None:
-        """Stop the timer (the executor closed); running calls keep their outcome."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
-def _rollback(self: Executor, run: _Run) -> None:
+def _rollback(pipe: Pipeline, run: _Run) -> None:
     """Undo a call's claims when its pre-body events could not be made durable.
 
     Nothing of that batch is in the ledger (a batch commits whole), and the body never
@@ -219,7 +145,7 @@ def _rollback(self: Executor, run: _Run) -> None:
     ledger's error; no outcome is recorded (the ledger is failing).
     """
     run.ended = True
-    state = self.state
+    state = pipe.state
     inflight = state.inflight.pop(run.key, None)
     if inflight is None:
         return
@@ -234,7 +160,7 @@ def _rollback(self: Executor, run: _Run) -> None:
 
 
 def _unclaim(
-    self: Executor, run: _Run, call: Call, events: list[Event], before: tuple[Any, bool, Any]
+    pipe: Pipeline, run: _Run, call: Call, events: list[Event], before: tuple[Any, bool, Any]
 ) -> Call:
     """Undo a claim whose write-ahead was refused (``EffectTaken``): nothing was written.
 
@@ -244,7 +170,7 @@ def _unclaim(
     the other writer's events are folded in, and when it ran the same (run_id, call_id)
     they have replaced both in the projection; those must stay.
     """
-    state = self.state
+    state = pipe.state
     inflight, counted, claim = before
     key = call.effect_key
     if key is not None and state.effects.get(key) is claim:
@@ -262,85 +188,172 @@ def _unclaim(
     return call
 
 
-async def _execute(self: Executor, run: _Run, call: Call) -> Any:
-    """Steps 7-10: cache, effect claim, started, body, output guards, outcome."""
+async def _execute(pipe: Pipeline, run: _Run, call: Call, plan: Plan) -> Any:
+    """Steps 7-10, the one body path: cache, effect claim, started, body, output guards,
+    outcome; each step only when the spec's plan has it.
+
+    A call with nothing to decide (``plan.straight``: an async body; no cache, effect key,
+    timeout, output guard, ``after_tool`` or ``around_body`` hook) goes straight through:
+    ``call.started`` appended (a MemoryLedger with no coroutine, ``append_now``), the
+    body awaited, the outcome written. Appends ``call.cached``, or ``effect.claimed`` and
+    ``call.started`` (durable before the body, unless ``durability="outcome"``), then
+    ``guard.checked`` (output) and the outcome.
+    """
     spec = run.spec
-    ctx = run.ctx
-    clock = self._clock
-    if spec.cache is not None:
-        hit, value = self.state.cached(spec.name, call.digest, clock())
+    if plan.cache is not None:
+        hit, value = pipe.state.cached(spec.name, call.digest, pipe.clock())
         if hit:
-            stored, value = value, typed_result(spec, value)
-            now = clock()
-            await self._end(
-                run,
-                CallCached(
-                    ts=now,
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    tool=spec.name,
-                    duration_ms=(now - run.t0) * 1000.0,
-                    result=stored,
-                    digest=call.digest,
-                ),
-            )
-            return value
-    caught_up = False
-    refusals = 0
-    before: tuple[Any, bool, Any] = (None, False, None)
-    events: list[Event] = []
-    while True:
+            return await _cached(pipe, run, call, value)
+    events: list[Event]
+    if plan.effect:
+        claimed = await _claim_and_start(pipe, run, call)
+        if claimed is None:
+            # The catch-up found this very call id finished by another process (its
+            # outcome took the call out of flight): answer from the ledger, as step 0
+            # would have. Nothing of this attempt is recorded, and the body never runs.
+            run.ended = True
+            return await _repeat(pipe, spec, call.args, run.ctx)
+        effect_key, call, events = claimed
+    else:
         effect_key = None
-        if spec.effect is not None:
-            inflight = self.state.inflight.get(run.key)
-            if inflight is None:
-                # The catch-up found this very call id finished by another process (its
-                # outcome took the call out of flight): answer from the ledger, as step 0
-                # would have. Nothing of this attempt is recorded, and the body never runs.
-                run.ended = True
-                return await self._repeat(spec, call.args, run.ctx)
-            counted = inflight.counted
-            try:
-                effect_key = self._claim(
-                    run, call, fresh=caught_up or refusals > 0 or not self._shared
-                )
-            except _Stale:
-                # Another process claimed the key: hear what became of it, then decide.
-                caught_up = True
-                catch_up = getattr(self.ledger, "catch_up", None)
-                if catch_up is not None:
-                    await catch_up()
-                continue
-            before = (inflight, counted, self.state.effects.get(effect_key))
+        ctx = run.ctx
         started = CallStarted(
-            ts=clock(),
+            ts=pipe.clock(),
             run_id=ctx.run_id,
             call_id=ctx.call_id,
             tool=spec.name,
             digest=call.digest,
-            effect_key=effect_key or "",
         )
-        self.state._started(started)
+        pipe.state._started(started)
         run.buffer.append(started)
         run.started = True
-        if spec.durability == "outcome":
+        if plan.durable_start:
+            # Durable before the body runs, so a crash leaves an ambiguous call, never a
+            # forgotten one. (Pipeline.append inlined: its coroutine is ~3% of an
+            # in-memory call, benchmarks/ab_core.py.)
+            events, run.buffer = run.buffer, []
+            try:
+                append_now = pipe.append_now
+                try:
+                    if append_now is not None:
+                        append_now(events)
+                    else:
+                        await pipe.ledger.append_many(events)
+                except UnrecordableEvent as refused:  # (never for what the boundary checked)
+                    await append_repaired(pipe.ledger, events, refused)
+            except Exception:
+                _rollback(pipe, run)
+                raise
+        else:
             # No effect key, no approval (Registry refuses them): a crash during the body
             # can lose only the record that this call started, and running it again is
             # harmless. The buffer is committed with the outcome, in one append.
-            break
+            events = []
+    if pipe.observed:
+        if events:
+            await pipe.dispatch(events)
+        # Code that saw the arguments may have run during that await (an on_event
+        # hook, or a task holding what a hook or guard was given): the body gets
+        # exactly the digested arguments, in a copy nobody else holds, or does not run.
+        call = _unchanged(pipe, run, call, fresh=True)
+    elif run.exposed:
+        call = _unchanged(pipe, run, call, fresh=True)
+    run.reached_body = True
+    try:
+        if plan.direct and effect_key is None:
+            result = await spec.fn(**call.args)
+        else:
+            result = await _run_body(pipe, run, call, plan, effect_key)
+    except _Stop:
+        raise
+    except Exception as exc:
+        raise _body_failed(pipe, run, exc) from None
+    if plan.output_guards:
+        await _guard(pipe, run, call, "output", plan.output_guards, (call, result))
+    outcome = _succeeded(pipe, run, result)
+    events = await write(pipe, run, outcome)
+    if pipe.observed:
+        # (A subscriber that arrived while the body ran sees the outcome too.)
+        await pipe.dispatch(events)
+    if pipe.after:
+        await pipe.after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
+    return result
+
+
+async def _cached(pipe: Pipeline, run: _Run, call: Call, stored: Any) -> Any:
+    """Step 7, a hit: ``call.cached`` is the outcome and the stored value the answer."""
+    spec = run.spec
+    ctx = run.ctx
+    value = typed_result(spec, stored)
+    now = pipe.clock()
+    await end(
+        pipe,
+        run,
+        CallCached(
+            ts=now,
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            duration_ms=(now - run.t0) * 1000.0,
+            result=stored,
+            digest=call.digest,
+        ),
+    )
+    return value
+
+
+async def _claim_and_start(
+    pipe: Pipeline, run: _Run, call: Call
+) -> tuple[str, Call, list[Event]] | None:
+    """Steps 8-9 for a call with an effect key: claim it, then ``call.started``, both
+    durable before the body (or with the outcome: ``durability="outcome"`` has no key).
+
+    Returns the key, the call and the events written; None when the call id turned out
+    to be finished by another process (answered as a repeat). Another process's claim
+    that lands first makes the claim step decide again (duplicate or ambiguous).
+    """
+    spec = run.spec
+    ctx = run.ctx
+    caught_up = False
+    refusals = 0
+    while True:
+        inflight = pipe.state.inflight.get(run.key)
+        if inflight is None:
+            return None
+        counted = inflight.counted
+        try:
+            effect_key = _claim(pipe, run, call, fresh=caught_up or refusals > 0 or not pipe.shared)
+        except _Stale:
+            # Another process claimed the key: hear what became of it, then decide.
+            caught_up = True
+            if pipe.catch_up is not None:
+                await pipe.catch_up()
+            continue
+        before = (inflight, counted, pipe.state.effects.get(effect_key))
+        started = CallStarted(
+            ts=pipe.clock(),
+            run_id=ctx.run_id,
+            call_id=ctx.call_id,
+            tool=spec.name,
+            digest=call.digest,
+            effect_key=effect_key,
+        )
+        pipe.state._started(started)
+        run.buffer.append(started)
+        run.started = True
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
-        # forgotten one. (_flush inlined: the buffer is never empty here.)
+        # forgotten one. (The buffer is never empty here.)
         events, run.buffer = run.buffer, []
         try:
-            await self._append(events)
+            await pipe.append(events)
         except EffectTaken as taken:
             # Another process claimed the key first; its claim is applied by now, so
             # the claim step decides again (duplicate or ambiguous), as for our own.
             refusals += 1
-            call = _unclaim(self, run, call, events, before)
+            call = _unclaim(pipe, run, call, events, before)
             if refusals >= 3:  # claimed and freed again each time: do not spin
                 raise _ambiguous(
-                    self,
+                    pipe,
                     run,
                     taken.key,
                     f"effect {taken.key} was claimed by another process (seq {taken.seq}) "
@@ -348,148 +361,33 @@ async def _execute(self: Executor, run: _Run, call: Call) -> Any:
                 ) from None
             continue
         except Exception:
-            self._rollback(run)
+            _rollback(pipe, run)
             raise
-        break
-    if self._observed:
-        await self._dispatch(events)
-    if run.exposed or self._observed:
-        # Code that saw the arguments may have run during that await (an on_event
-        # hook, or a task holding what a hook or guard was given): the body gets
-        # exactly the digested arguments, in a copy nobody else holds, or does not run.
-        call = self._unchanged(run, call, fresh=True)
-    run.reached_body = True
+        return effect_key, call, events
+
+
+async def _run_body(
+    pipe: Pipeline, run: _Run, call: Call, plan: Plan, effect_key: str | None
+) -> Any:
+    """The body when it is not simply awaited: under its deadline, inside the hooks'
+    ``around_body``, in a worker thread, or holding an effect lease while it runs."""
     # The holder is alive while its body runs: its lease says so to every other reader.
     if effect_key is not None:
-        self._leases.hold(run, effect_key)
+        pipe.leases.hold(run, effect_key)
     try:
-        try:
-            if spec.timeout is not None:
-                result = await self._timed(run, call)
-            elif spec.is_async:
-                result = await spec.fn(**call.args)
-            else:
-                result = await self._in_thread(spec.fn, call)
-        finally:
-            if effect_key is not None:
-                writing = self._leases.release(run)
-                if writing is not None:
-                    await asyncio.wait((writing,))
-    except _Stop:
-        raise
-    except Exception as exc:
-        raise _body_failed(self, run, exc) from None
-    if spec.output_guards or self._output_guards:
-        await self._guard(
-            run, call, "output", spec.output_guards + self._output_guards, (call, result)
-        )
-    outcome = _succeeded(self, run, result)
-    events = await _write_success(self, run, outcome)
-    if self._observed:
-        await self._dispatch(events)
-    if self._after:
-        await self._after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
-    return result
+        if plan.timeout is not None:
+            return await _timed(pipe, run, call)
+        if pipe.around is not None:
+            return await pipe.around(call, lambda: _body(pipe, run.spec, call))
+        return await _body(pipe, run.spec, call)
+    finally:
+        if effect_key is not None:
+            writing = pipe.leases.release(run)
+            if writing is not None:
+                await asyncio.wait((writing,))
 
 
-async def _execute_plain(self: Executor, run: _Run, call: Call) -> Any:
-    """Steps 9-10 for a plain call: ``_execute`` with nothing to decide.
-
-    For an async body with no cache, effect key, timeout, output guard, ``on_event`` or
-    ``after_tool`` hook (``run_spec`` checks): the same events in the same appends, the
-    same outcomes and errors, without the steps that would do nothing. A MemoryLedger is
-    written to directly (``append_now``): nothing can see an event applied and not stored.
-    """
-    spec = run.spec
-    ctx = run.ctx
-    started = CallStarted(
-        ts=self._clock(),
-        run_id=ctx.run_id,
-        call_id=ctx.call_id,
-        tool=spec.name,
-        digest=call.digest,
-    )
-    state = self.state
-    state._started(started)
-    run.buffer.append(started)
-    run.started = True
-    # Executor._append inlined (here only: its coroutine is ~3% of an in-memory call,
-    # benchmarks/ab_core.py): a MemoryLedger is written with no coroutine at all.
-    append_now = self._append_now
-    if spec.durability != "outcome":
-        events, run.buffer = run.buffer, []
-        try:
-            try:
-                if append_now is not None:
-                    append_now(events)
-                else:
-                    await self.ledger.append_many(events)
-            except UnrecordableEvent as refused:  # (never for what the boundary checked)
-                await append_repaired(self.ledger, events, refused)
-        except Exception:
-            self._rollback(run)
-            raise
-    run.reached_body = True
-    try:
-        result = await spec.fn(**call.args)
-    except _Stop:
-        raise
-    except Exception as exc:
-        raise _body_failed(self, run, exc) from None
-    outcome = _succeeded(self, run, result)
-    if append_now is None:
-        events = await _write_success(self, run, outcome)
-    else:
-        state._outcome(outcome)
-        run.buffer.append(outcome)
-        run.ended = True
-        events, run.buffer = run.buffer, []
-        try:
-            append_now(events)
-        except UnrecordableEvent as refused:  # (never for what the boundary checked)
-            await append_repaired(self.ledger, events, refused)
-    if self._observed:
-        # A subscriber that arrived while the body ran (subscribe() registers at once):
-        # the outcome is its to see, as after Executor._end.
-        await self._dispatch(events)
-    return result
-
-
-async def _write_success(self: Executor, run: _Run, outcome: CallSucceeded) -> list[Event]:
-    """``Executor._end`` for a success outcome (the common one), without the hooks: the
-    same steps in the same order, for ``_execute`` (which runs the hooks after it) and
-    a durable plain call (the outcome's handler called directly, not through
-    ``Projection.apply``: 2-4% of a durable plain call's loop-side CPU,
-    benchmarks README). Returns the events written.
-
-    The run stays warm until the outcome is written (Projection.pinned); a MemoryLedger
-    appends without suspending, so nobody can see it applied and not written.
-    """
-    state = self.state
-    run_id = run.ctx.run_id
-    pin = not self._sync_appends
-    if pin:
-        state.pin(run_id)
-    try:
-        state._outcome(outcome)
-        run.buffer.append(outcome)
-        run.ended = True
-        events, run.buffer = run.buffer, []
-        await self._append(events)
-    except asyncio.CancelledError:
-        if pin:
-            self._unpin_when_written(run_id)
-        raise
-    except BaseException:
-        if pin:
-            state.unpin(run_id)
-        raise
-    if pin:
-        state.unpin(run_id)
-    return events
-
-
-def _body_failed(self: Executor, run: _Run, exc: Exception) -> _Stop:
+def _body_failed(pipe: Pipeline, run: _Run, exc: Exception) -> _Stop:
     """The outcome of a body that raised ``exc``, as the ``_Stop`` that ends the call."""
     spec = run.spec
     if isinstance(exc, AdapterError):
@@ -501,15 +399,15 @@ def _body_failed(self: Executor, run: _Run, exc: Exception) -> _Stop:
                 f"{spec.name} failed: a nested call {exc.recorded_by[1]} raised {exc.kind}: {exc}"
             )
             error.__cause__ = exc
-            return _Stop(self._failed(run, error), error)
-        return _Stop(self._failed(run, exc), exc)
+            return _Stop(pipe.failed(run, error), error)
+        return _Stop(pipe.failed(run, exc), exc)
     # A TimeoutError that is not our deadline's lands here too: the tool's own.
     error = ToolFailed(f"{spec.name} failed: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
-    return _Stop(self._failed(run, error), error)
+    return _Stop(pipe.failed(run, error), error)
 
 
-def _succeeded(self: Executor, run: _Run, result: Any) -> CallSucceeded:
+def _succeeded(pipe: Pipeline, run: _Run, result: Any) -> CallSucceeded:
     """The ``call.succeeded`` of ``result``; raises ``_Stop`` (a failure: the body ran)
     for a value the ledger could not store."""
     spec = run.spec
@@ -530,8 +428,8 @@ def _succeeded(self: Executor, run: _Run, result: Any) -> CallSucceeded:
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         error = ToolFailed(f"{spec.name} returned a value that cannot be encoded: {exc}")
         error.__cause__ = exc
-        raise _Stop(self._failed(run, error), error) from None
-    now = self._clock()
+        raise _Stop(pipe.failed(run, error), error) from None
+    now = pipe.clock()
     if spec.redact_result:
         return CallSucceeded(
             ts=now,
@@ -552,7 +450,7 @@ def _succeeded(self: Executor, run: _Run, result: Any) -> CallSucceeded:
     )
 
 
-async def _timed(self: Executor, run: _Run, call: Call) -> Any:
+async def _timed(pipe: Pipeline, run: _Run, call: Call) -> Any:
     """The body under the spec's timeout; our deadline ends the call with ``call.timed_out``.
 
     ``asyncio.timeout``'s semantics with a deadline that shares its timer (``_deadline``)
@@ -568,10 +466,12 @@ async def _timed(self: Executor, run: _Run, call: Call) -> Any:
     task: asyncio.Task[Any] = entry.task  # type: ignore[assignment]  # set until done
     cancelling = task.cancelling()
     try:
-        if spec.is_async:
+        if pipe.around is not None:
+            result = await pipe.around(call, lambda: _body(pipe, spec, call))
+        elif spec.is_async:
             result = await fn(**call.args)
         else:
-            result = await self._in_thread(fn, call)
+            result = await _in_thread(pipe, fn, call)
     except (asyncio.CancelledError, TimeoutError) as exc:
         entry.done = True
         entry.task = None
@@ -579,7 +479,7 @@ async def _timed(self: Executor, run: _Run, call: Call) -> Any:
             raise
         if task.uncancel() > cancelling and isinstance(exc, asyncio.CancelledError):
             raise  # someone else cancelled the task too: theirs wins
-        now = self._clock()
+        now = pipe.clock()
         raise _Stop(
             CallTimedOut(
                 ts=now,

@@ -4,15 +4,15 @@ Steps (DESIGN.md, "Executor.run_spec pipeline"): 0 replay-safe repeat, 1 request
 2 validate, 3 before_tool hooks, 4 input guards, 5 run limits, 6 approval, 7 cache,
 8 effect claim, 9 started + body under timeout, 10 output guards and exactly one outcome.
 
-Steps 0 (``_replaying``), 3-5 (``_checking``), 6 (``_approving``) and 8 (``_effects``) live
-in their own modules as functions of the executor, bound below as its methods: one
-concept per module, and the same attribute lookups on the per-call path as before.
+Steps 0 (``_replaying``), 3-5 (``_checking``), 6 (``_approving``), 7-10 (``_executing``),
+8 (``_effects``) and the outcome writer (``_outcome``) live in their own modules as
+functions of a ``Pipeline`` (``_pipeline``): what a step may touch is its arguments. The
+executor owns the lifecycle (start, replay, follow, recall, close) and the entry points.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -22,38 +22,46 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-import msgspec
-
-from ..errors import (
-    AdapterError,
-    LedgerError,
-    ToolArgsInvalid,
-    ToolUsageError,
-)
-from ..ledger._effect_keys import DEFAULT_LEASE_S, DEFAULT_SKEW_MARGIN_S
-from ..ledger._events import (
-    CallCancelled,
-    CallFailed,
+from ..errors import AdapterError, LedgerError, ToolArgsInvalid, ToolUsageError
+from ..ledger import (
+    DEFAULT_LEASE_S,
+    DEFAULT_SKEW_MARGIN_S,
     CallRequested,
     CallValidated,
+    ChainWatch,
     Event,
-    HookFailed,
-    decode_event,
-)
-from ..ledger._follow import Follow, appending
-from ..ledger._memory import MemoryLedger
-from ..ledger._protocol import Ledger
-from ..ledger._recordable import (
-    UnrecordableEvent,
-    append_repaired,
+    Follow,
+    MemoryLedger,
+    appending,
     checked_clock,
+    decode_event,
     recordable,
-    text,
 )
-from ..ledger._watch import ChainWatch
-from . import _approving, _checking, _effects, _executing, _replaying
-from ._approval import ApprovalPort, redacted
-from ._context import Call, CallContext, Outcome, _current
+from ..ledger import recordable_text as text
+from ._approval import Decision
+from ._approving import _approve, _refused
+from ._checking import _checks, _invalid
+from ._context import Call, CallContext, _current
+from ._effects import (
+    _render,
+    ambiguous_effects,
+    effect_status,
+    in_flight_effects,
+    resolve_effect,
+)
+from ._executing import _execute, _unchanged
+from ._extensions import (
+    AppendsNow,
+    ApprovalPort,
+    Followable,
+    Guard,
+    Hook,
+    Keyed,
+    Opens,
+    OutputGuard,
+    RecordReader,
+    Store,
+)
 from ._limits import RunLimits
 from ._options import (
     check_approval,
@@ -62,22 +70,20 @@ from ._options import (
     check_hooks,
     check_ledger,
     check_limits,
-    check_registry,
     check_seconds,
 )
+from ._outcome import end, end_cancelled
+from ._pipeline import Pipeline, compose_around
+from ._plan import Plan, plan_of
 from ._prepare import Prepared, prepare
-from ._run import _maybe_await, _name_of, _Run, _scrub, _Stop, _validated, new_id
-from ._spec import MAX_ARGS_BYTES, Registry, ToolSpec
-from ._state import Projection
+from ._replaying import _repeat, recorded_error
+from ._run import _name_of, _Run, _Stop, _validated, new_id, requested_args
+from ._spec import Registry, ToolSpec, check_registry
+from ._state import EffectState, Projection
 
 __all__ = ["Executor", "get_default_executor"]
 
 _log = logging.getLogger("agent_adapter")
-
-# Tuples, not ``A | B`` unions: a union is built anew each time the expression runs, and
-# _requested_args runs on every call.
-_TEXT = (str, bytes, bytearray, memoryview)
-_BINARY = (bytes, bytearray, memoryview)
 
 
 class Executor:
@@ -93,46 +99,32 @@ class Executor:
     unless their context carries a decision. Open one on an existing ledger with
     ``await Executor.open(...)`` so that its projections are rebuilt first.
 
+    The extension points are typed in ``agent_adapter.engine`` (``_extensions``):
+    ``ledger`` a ``Store``, ``approval`` an ``ApprovalPort``, ``hooks`` objects with any
+    of ``before_tool``, ``after_tool``, ``on_event`` and ``around_body`` (``Hook``; the
+    ``around_body`` methods wrap the tool body, the first hook outermost), ``guards`` and
+    ``output_guards`` functions (``Guard``, ``OutputGuard``). All of it is composed here,
+    once, into the ``Pipeline`` every step is given.
+
     The options are checked here, once: a path as ``ledger``, a function as ``approval``,
     a dict as ``limits``, a hook with no hook method or a guard that cannot take its
     arguments is a ``ToolUsageError`` saying what to pass.
     """
 
-    # Steps kept in their own modules (one concept per module), bound here as methods.
-    _invalid = _checking._invalid
-    _blocked = _checking._blocked
-    _checks = _checking._checks
-    _guard = _checking._guard
-    _limit = _checking._limit
-    _approve = _approving._approve
-    _pending = _approving._pending
-    _port_records = _approving._port_records
-    refuse = _approving.refuse
-    _claim = _effects._claim
-    _render = _effects._render
-    _execute = _executing._execute
-    _execute_plain = _executing._execute_plain
-    _timed = _executing._timed
-    _in_thread = _executing._in_thread
-    _unchanged = _executing._unchanged
-    _rollback = _executing._rollback
-    resolve_effect = _effects.resolve_effect
-    ambiguous_effects = _effects.ambiguous_effects
-    in_flight_effects = _effects.in_flight_effects
-    effect_status = _effects.effect_status
-    _repeat = _replaying._repeat
-    _replayed_value = _replaying._replayed_value
-    recorded_error = staticmethod(_replaying.recorded_error)
+    #: The error a recorded outcome stands for (``agent_adapter.engine.recorded_error``).
+    recorded_error = staticmethod(recorded_error)
+    #: What ``call.requested`` records of a call's arguments (``_run.requested_args``).
+    _requested_args = staticmethod(requested_args)
 
     def __init__(
         self,
         registry: Registry | None = None,
         *,
-        ledger: Ledger | None = None,
+        ledger: Store | None = None,
         approval: ApprovalPort | None = None,
-        hooks: Sequence[Any] = (),
-        guards: Sequence[Callable[..., Any]] = (),
-        output_guards: Sequence[Callable[..., Any]] = (),
+        hooks: Sequence[Hook] = (),
+        guards: Sequence[Guard] = (),
+        output_guards: Sequence[OutputGuard] = (),
         limits: RunLimits | None = None,
         clock: Callable[[], float] | None = None,
         remember: int | None = 250_000,
@@ -151,64 +143,133 @@ class Executor:
         hooks = check_hooks(hooks)
         guards = check_guards("guards", guards, output=False)
         output_guards = check_guards("output_guards", output_guards, output=True)
-        self.lease_s = check_seconds("lease_s", lease_s, positive=True)
-        self.skew_margin_s = check_seconds("skew_margin_s", skew_margin_s, positive=False)
-        #: This executor's id, recorded as the holder of every effect key it claims.
-        self.executor_id = uuid.uuid4().hex[:12]
-        self._pid = os.getpid()
-        self._host = socket.gethostname()
-        self._leases = _executing.Leases(self)
+        lease_s = check_seconds("lease_s", lease_s, positive=True)
+        skew_margin_s = check_seconds("skew_margin_s", skew_margin_s, positive=False)
         self.registry = registry if registry is not None else Registry()
         self.remember = remember
         # Runs being recalled from the ledger: their waiters, and other writers' events
         # for them that arrive meanwhile (see _recall).
         self._recalling: dict[str, tuple[asyncio.Future[None], list[Event]]] = {}
-        # Tasks that outlive the call that started them (see _unpin_when_written).
-        self._background: set[asyncio.Task[None]] = set()
         # Recalled runs -> the last seq their recall read (see _apply_foreign).
         self._recalled: OrderedDict[str, int] = OrderedDict()
-        self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
+        store: Store = ledger if ledger is not None else MemoryLedger()
         # MemoryLedger appends without suspending (a subclass may not), and the per-call
         # path stores into it with no coroutine at all (append_now), unless either method
         # is overridden.
-        memory = self.ledger
-        self._sync_appends = type(memory).append_many is MemoryLedger.append_many
-        self._append_now: Callable[[list[Event]], None] | None = None
+        sync_appends = type(store).append_many is MemoryLedger.append_many
+        append_now = None
         if (
-            self._sync_appends
-            and isinstance(memory, MemoryLedger)
-            and type(memory).append_now is MemoryLedger.append_now
+            sync_appends
+            and isinstance(store, AppendsNow)
+            and type(store).append_now is MemoryLedger.append_now
         ):
-            self._append_now = memory.append_now
-        self.approval = approval
-        self.limits = limits
-        # A clock of the caller's is checked at each reading (time.time needs no check).
-        self._clock = time.time if clock is None else checked_clock(clock)
-        self._guards = tuple(guards)
-        self._output_guards = tuple(output_guards)
+            append_now = store.append_now
         self.hooks = tuple(hooks)
-        # Composed once: the per-call path never re-inspects hooks.
-        self._before = tuple(
-            (h.before_tool, _name_of(h)) for h in hooks if hasattr(h, "before_tool")
-        )
-        self._after = tuple((h.after_tool, _name_of(h)) for h in hooks if hasattr(h, "after_tool"))
-        self._on_event = tuple((h.on_event, _name_of(h)) for h in hooks if hasattr(h, "on_event"))
-        self._subscribers: list[asyncio.Queue[Event]] = []
-        self._observed = bool(self._on_event)
-        self.state = Projection(remember)
+        state = Projection(remember)
         for spec in self.registry:
             if spec.cache is not None:
-                self.state.cache_ttl[spec.name] = spec.cache
+                state.cache_ttl[spec.name] = spec.cache
+        # Composed once: the per-call path never re-inspects hooks, guards or the store.
+        self._pipe = Pipeline(
+            ledger=store,
+            state=state,
+            # A clock of the caller's is checked at each reading (time.time needs none).
+            clock=time.time if clock is None else checked_clock(clock),
+            approval=approval,
+            limits=limits,
+            before=tuple((h.before_tool, _name_of(h)) for h in hooks if hasattr(h, "before_tool")),
+            after=tuple((h.after_tool, _name_of(h)) for h in hooks if hasattr(h, "after_tool")),
+            on_event=tuple((h.on_event, _name_of(h)) for h in hooks if hasattr(h, "on_event")),
+            around=compose_around(tuple(h.around_body for h in hooks if hasattr(h, "around_body"))),
+            guards=tuple(guards),
+            output_guards=tuple(output_guards),
+            #: This executor's id, recorded as the holder of every effect key it claims.
+            executor_id=uuid.uuid4().hex[:12],
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            lease_s=lease_s,
+            skew_margin_s=skew_margin_s,
+            sync_appends=sync_appends,
+            append_now=append_now,
+        )
+        # The store's optional capabilities, checked once (never per call).
+        self._opens = store.open if isinstance(store, Opens) else None
+        self._keyed = store if isinstance(store, Keyed) else None
+        self._followable = store if isinstance(store, Followable) else None
+        # Each spec's plan, built at its first call (see _plan).
+        self._plans: dict[ToolSpec, Plan] = {}
         self._started = False
-        # True once started on a ledger other processes may append to (see _apply_foreign).
-        self._shared = False
-        # This executor as a follower of its ledger (see start): its appends are made in
-        # its name (``appending``), so that the ledger never hands them back to it.
-        self._follower: Follow | None = None
         self._start_lock: asyncio.Lock | None = None
-        #: effect keys whose sync body is still running in a worker thread
-        self._running_keys: dict[str, int] = {}
         self._closed = False
+
+    # -- what the pipeline holds, as the executor's attributes --------------------------
+
+    @property
+    def ledger(self) -> Store:
+        """The store every step appends to."""
+        return self._pipe.ledger
+
+    @property
+    def state(self) -> Projection:
+        """The projections (outcomes, limits, cache, effect keys) folded from the ledger."""
+        return self._pipe.state
+
+    @state.setter
+    def state(self, state: Projection) -> None:
+        self._pipe.state = state
+
+    @property
+    def approval(self) -> ApprovalPort | None:
+        """The approval port (None: calls that need approval carry a decision or are denied)."""
+        return self._pipe.approval
+
+    @property
+    def limits(self) -> RunLimits | None:
+        """The run limits (None: unlimited)."""
+        return self._pipe.limits
+
+    @property
+    def executor_id(self) -> str:
+        """This executor's id, recorded as the holder of every effect key it claims."""
+        return self._pipe.executor_id
+
+    @property
+    def lease_s(self) -> float:
+        """How long an effect claim stays in flight without renewal."""
+        return self._pipe.lease_s
+
+    @property
+    def skew_margin_s(self) -> float:
+        """How long past another holder's lease it is still taken for alive."""
+        return self._pipe.skew_margin_s
+
+    @property
+    def _clock(self) -> Callable[[], float]:
+        return self._pipe.clock
+
+    @property
+    def _guards(self) -> tuple[Guard, ...]:
+        return self._pipe.guards
+
+    @property
+    def _output_guards(self) -> tuple[OutputGuard, ...]:
+        return self._pipe.output_guards
+
+    @property
+    def _running_keys(self) -> dict[str, int]:
+        return self._pipe.running_keys
+
+    @property
+    def _subscribers(self) -> list[asyncio.Queue[Event]]:
+        return self._pipe.subscribers
+
+    @property
+    def _observed(self) -> bool:
+        return self._pipe.observed
+
+    @property
+    def _follower(self) -> Follow | None:
+        return self._pipe.follower
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -256,14 +317,13 @@ class Executor:
                 return
             if self._closed:
                 raise _closed_error()
-            opener = getattr(self.ledger, "open", None)
-            if opener is not None:
-                await opener()
+            if self._opens is not None:
+                await self._opens()
             state = Projection(self.remember)
             state.cache_ttl.update(self.state.cache_ttl)
             apply = state.apply
             last = 0
-            watch = ChainWatch(keyed=getattr(self.ledger, "keyed", None))
+            watch = ChainWatch(keyed=None if self._keyed is None else self._keyed.keyed)
             async for event, payload in _replayed(self.ledger):
                 apply(event)
                 watch.see(event, payload)  # the chain as it passes: gaps, links, hashes
@@ -287,13 +347,13 @@ class Executor:
                 )
             state.settle()
             self.state = state
-            follow = getattr(self.ledger, "follow", None)
-            if follow is not None:
+            if self._followable is not None:
                 # A ledger shared with other executors (other processes, or others on
                 # this object) hands us their events at each of our commits, and refuses
                 # our claim of a key they claimed first.
-                self._follower = follow(self._apply_foreign, last)
-                self._shared = hasattr(self.ledger, "catch_up")
+                pipe = self._pipe
+                pipe.follower = self._followable.follow(self._apply_foreign, last)
+                pipe.shared = pipe.catch_up is not None
             self._started = True
 
     async def _ensure_started(self) -> None:
@@ -313,11 +373,11 @@ class Executor:
             return
         self._closed = True
         self._started = False  # the next call asks start(), which refuses
-        self._leases.close()
-        follower = self._follower
+        self._pipe.leases.close()
+        follower = self._pipe.follower
         if follower is not None:
             follower.close()
-        if getattr(self.ledger, "followed", False):
+        if self._followable is not None and self._followable.followed:
             return  # another executor's ledger object too: it stays open for them
         await self.ledger.close()
 
@@ -363,7 +423,7 @@ class Executor:
             # Another writer's events for this run that the read did not reach yet.
             events.extend(e for e in arrived if e.seq > last)
             self.state.recall(run_id, events)
-            if events and self._shared:
+            if events and self._pipe.shared:
                 # Events the read saw that another writer committed may still be handed
                 # over at a later commit: _apply_foreign folds those into live state only.
                 self._recalled[run_id] = events[-1].seq
@@ -373,70 +433,6 @@ class Executor:
         finally:
             del self._recalling[run_id]
             done.set_result(None)
-
-    def _emit(self, run: _Run, event: Event) -> None:
-        # Applied at once (so checks and claims are atomic), durable at the next flush.
-        self.state.apply(event)
-        run.buffer.append(event)
-
-    async def _append(self, events: list[Event]) -> None:
-        """``ledger.append_many(events)``; an event the ledger refuses as unrecordable
-        (a value that got past the boundary checks) is repaired and the batch appended
-        again, so that a call never ends without its outcome for want of a value."""
-        try:
-            append_now = self._append_now
-            if append_now is not None:
-                append_now(events)  # a MemoryLedger: stored now, no coroutine
-            else:
-                await self.ledger.append_many(events)
-        except UnrecordableEvent as refused:
-            await append_repaired(self.ledger, events, refused)
-
-    async def _flush(self, run: _Run) -> None:
-        if not run.buffer:
-            return
-        events, run.buffer = run.buffer, []
-        await self._append(events)
-        if self._observed:
-            await self._dispatch(events)
-
-    async def _record(self, events: list[Event]) -> None:
-        """Append events outside any call (for records like ``effect.resolved``)."""
-        for event in events:
-            self.state.apply(event)
-        mine = appending.set(self._follower)  # ours: never handed back to us
-        try:
-            await self._append(events)
-            if self._observed:
-                await self._dispatch(events)
-        finally:
-            appending.reset(mine)
-
-    async def _dispatch(self, events: list[Event]) -> None:
-        for event in events:
-            for queue in self._subscribers:
-                queue.put_nowait(event)
-            for hook, name in self._on_event:
-                try:
-                    await _maybe_await(hook(event))
-                except Exception as exc:
-                    await self._hook_failed(event, name, "on_event", exc)
-
-    async def _hook_failed(self, about: Event, name: str, stage: str, exc: Exception) -> None:
-        # Observers never change a call's outcome; their failure is a record, and it is
-        # not dispatched to on_event hooks again (a failing hook cannot loop).
-        failed = HookFailed(
-            ts=self._clock(),
-            run_id=about.run_id,
-            call_id=about.call_id,
-            tool=about.tool,
-            hook=name,
-            stage=stage,
-            error=text(f"{type(exc).__name__}: {exc}"),
-        )
-        await self._append([failed])
-        for queue in self._subscribers:
-            queue.put_nowait(failed)
 
     def subscribe(self) -> AsyncIterator[Event]:
         """Events as this executor appends them (a live view), from this call on.
@@ -491,20 +487,24 @@ class Executor:
         """
         if not self._started:
             await self._ensure_started()
-        while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)
+        pipe = self._pipe
+        state = pipe.state
+        while ctx.run_id in state.cold:  # (again if a recall we waited for failed)
             await self._recall(ctx.run_id)
+            state = pipe.state
         key = (ctx.run_id, ctx.call_id)
-        if key in self.state.outcomes or key in self.state.inflight:
+        if key in state.outcomes or key in state.inflight:
             try:
-                return await self._repeat(spec, args, ctx)
+                return await _repeat(pipe, spec, args, ctx)
             except AdapterError as exc:
                 exc.recorded_by = key
                 raise
-        clock = self._clock
-        state = self.state
+        # What this spec's calls need, decided at its first call (see _plan).
+        plan = self._plans.get(spec)
+        if plan is None:
+            plan = plan_of(pipe, self._plans, spec)
+        clock = pipe.clock
         run = _Run(spec, ctx, clock())
-        if spec.cache is not None and spec.name not in state.cache_ttl:
-            state.cache_ttl[spec.name] = spec.cache
         # The projection's handlers are called directly for the events this function
         # builds (the type is known here): the same code replay reaches through
         # Projection.apply, without its dispatch per event.
@@ -513,7 +513,7 @@ class Executor:
             run_id=ctx.run_id,
             call_id=ctx.call_id,
             tool=spec.name,
-            args=self._requested_args(spec, args),
+            args=requested_args(spec, args),
             metadata=ctx.metadata,
         )
         state._requested(requested)
@@ -521,7 +521,7 @@ class Executor:
         token = None
         # Every append of this call (a port's too) is ours: the ledger never hands it
         # back to us, and settles our claims against the other followers'.
-        mine = appending.set(self._follower)
+        mine = appending.set(pipe.follower)
         try:
             try:
                 validated, call_digest = _validated(spec, args)
@@ -530,7 +530,7 @@ class Executor:
                 # lone surrogate, nesting too deep): recorded as an encodable copy, so the
                 # call still gets its one outcome.
                 requested.args = recordable(requested.args)
-                raise _Stop(self._invalid(run, str(exc)), exc) from None
+                raise _Stop(_invalid(pipe, run, str(exc)), exc) from None
             validated_event = CallValidated(
                 ts=clock(),
                 run_id=ctx.run_id,
@@ -546,184 +546,126 @@ class Executor:
                 args=validated,
                 digest=call_digest,
                 ctx=ctx,
-                effect_key=None if spec.effect is None else self._render(run, validated),
+                effect_key=_render(pipe, run, validated) if plan.effect else None,
             )
             run.call = call
             token = _current.set(call)
-            # Steps 3-6 are awaited only when they have something to do for this call
+            # Steps 3-6 are awaited only when they have something to do for this spec
             # (no hook, guard, limit or confirm rule: nothing to run, nothing recorded).
-            checked = bool(self._before or self._guards or spec.guards)
-            if checked or self.limits is not None:
-                call = await self._checks(run, call)
-            confirm = spec.confirm
-            if confirm is not False:
-                call = await self._approve(run, call)
-                # User code saw the arguments only through a confirm rule or a port; a
-                # decision carried in the context is checked without calling anyone
-                # (edits are validated into a new dict and re-checked by _checks).
-                if confirm is not True or self.approval is not None:
-                    checked = True
-            if checked:
+            if plan.checks:
+                call = await _checks(pipe, run, call)
+            if plan.confirm is not False:
+                call = await _approve(pipe, run, call)
+            if plan.exposed:
+                # User code saw the arguments (a hook, a guard, a confirm rule or a port;
+                # a decision carried in the context is checked without calling anyone,
+                # and edits are validated into a new dict and re-checked by _checks).
                 run.exposed = True
-                self._unchanged(run, call)
-            if (
-                spec.cache is None
-                and spec.effect is None
-                and spec.timeout is None
-                and spec.is_async
-                and not spec.output_guards
-                and not (run.exposed or self._observed or self._after or self._output_guards)
-            ):
-                return await self._execute_plain(run, call)
-            return await self._execute(run, call)
+                _unchanged(pipe, run, call)
+            return await _execute(pipe, run, call, plan)
         except _Stop as stop:
-            await self._end(run, stop.outcome, error=stop.error)
+            await end(pipe, run, stop.outcome, error=stop.error)
             if isinstance(stop.error, AdapterError):
                 stop.error.recorded_by = key
             raise stop.error from getattr(stop.error, "__cause__", None)
         except asyncio.CancelledError:
             # Never swallowed: recorded as the call's outcome (unless it has one), re-raised.
-            if not run.ended:
-                inflight = self.state.inflight.get(run.key)
-                cancelled = CallCancelled(
-                    ts=clock(),
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    tool=spec.name,
-                    duration_ms=(clock() - run.t0) * 1000.0,
-                    started=run.started,
-                    counted=inflight is not None and inflight.counted,
-                )
-                await self._end_shielded(run, cancelled)
-                if run.reached_body and self._after and run.call is not None:
-                    # after_tool sees every outcome of a call that reached the body.
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await self._after_hooks(
-                            run.call,
-                            Outcome(kind="cancelled", error=asyncio.CancelledError()),
-                            cancelled,
-                        )
+            await end_cancelled(pipe, run)
             raise
         finally:
             appending.reset(mine)
             if token is not None:
                 _current.reset(token)
 
-    # -- steps --------------------------------------------------------------------------
+    # -- effects and refusals (operator and bridge entry points) ------------------------
 
-    def _requested_args(self, spec: ToolSpec, args: Any) -> Any:
-        # Raw text is recorded as given unless it names redacted values: then it is
-        # parsed, and text that does not parse is withheld rather than leak a secret.
-        # Text over the size limit is never parsed nor stored (validation refuses it).
-        # A str is measured in UTF-8 bytes (as validation measures it), only when its
-        # length in characters says it may be over: up to 4 bytes per character.
-        if isinstance(args, _TEXT) and len(args) > MAX_ARGS_BYTES // 4:
-            size = len(args.encode("utf-8", "replace")) if isinstance(args, str) else len(args)
-            if size > MAX_ARGS_BYTES:
-                return f"[withheld: {size} bytes, over the size limit]"
-        if type(args) is not dict and not isinstance(args, _TEXT):
-            # A mapping that is not a dict (recorded as its items), or an object given as
-            # arguments (validation refuses it): as its JSON form, so that redaction
-            # applies to its fields too and nothing is recorded as a placeholder.
-            try:
-                args = dict(args) if isinstance(args, Mapping) else msgspec.to_builtins(args)
-            except (TypeError, ValueError, OverflowError, RecursionError):
-                return f"[not recorded: arguments of type {type(args).__name__}]"
-        if isinstance(args, dict) or not spec.redact:
-            if isinstance(args, _BINARY):
-                return bytes(args).decode("utf-8", "replace")
-            if isinstance(args, str) and not args.isascii():
-                return text(args)  # (a lone surrogate: recorded as its escape)
-            return redacted(args, spec.redact)
-        if not isinstance(args, _TEXT):
-            # Not an object (a list, a number): no field can be told apart from another.
-            return "[redacted: arguments that are not an object]"
+    async def refuse(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        *,
+        reviewer: str = "",
+        reason: str = "",
+        source: str = "port",
+    ) -> bool:
+        """Record a call that was denied before it reached the executor; nothing runs.
+
+        A bridge calls this when a framework will never invoke the tool because a reviewer
+        said no at the framework's own pause (the OpenAI Agents SDK's ``RunState.reject``),
+        so the ledger still shows who denied which arguments. Appends ``call.requested``,
+        then ``call.invalid`` for arguments that do not validate, else ``call.validated``,
+        ``approval.requested``, ``approval.denied`` and ``call.denied``. No hook, guard,
+        limit, cache, effect or body runs. Returns False, recording nothing, when the call
+        id already has events (the refusal is already on record, or the call ran).
+        ``reviewer`` and ``reason`` follow ``Decision``'s rules (None is "").
+        """
+        # Normalised (or refused) before anything is recorded, as a Decision's fields are.
+        denial = Decision(approved=False, reviewer=reviewer, reason=reason)
+        reviewer, reason = denial.reviewer, denial.reason
+        if not isinstance(source, str):
+            raise ToolUsageError(f"source must be text, not {type(source).__name__}")
+        source = text(source)
+        if not self._started:
+            await self._ensure_started()
+        while ctx.run_id in self.state.cold:  # (again if a recall we waited for failed)
+            await self._recall(ctx.run_id)
+        key = (ctx.run_id, ctx.call_id)
+        if key in self.state.outcomes or key in self.state.inflight:
+            return False
+        mine = appending.set(self._pipe.follower)  # ours: never handed back to us
         try:
-            return redacted(msgspec.json.decode(args), spec.redact)
-        except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
-            # (Nesting too deep, or a lone surrogate: validation refuses the text too.)
-            return "[redacted: unparsable arguments]"
+            await _refused(self._pipe, spec, args, ctx, reviewer, reason, source)
+        finally:
+            appending.reset(mine)
+        return True
 
-    def _failed(self, run: _Run, error: AdapterError) -> CallFailed:
-        now = self._clock()
-        return CallFailed(
-            ts=now,
-            run_id=run.ctx.run_id,
-            call_id=run.ctx.call_id,
-            tool=run.spec.name,
-            duration_ms=(now - run.t0) * 1000.0,
-            error_kind=error.kind,
-            error=_scrub(str(error), run),
+    async def resolve_effect(
+        self,
+        key: str,
+        *,
+        outcome: str,
+        reviewer: str,
+        reason: str | None = None,
+        force: bool = False,
+    ) -> None:
+        """Resolve an ambiguous effect key: ``"failed"`` frees it, ``"committed"`` commits it.
+
+        Recorded as ``effect.resolved``. Raises ToolUsageError for a key that is not
+        ambiguous: unknown, committed, in flight (its holder's lease is live: its body may
+        be running now, and a key resolved as failed would run again beside it), or
+        claimed by a call running in this process (a timed-out sync body's thread
+        included). With ``force=True``, an in-flight key (or a claim with no lease) is
+        resolved anyway, for a holder known to be gone before its lease ends; recorded
+        with ``forced`` (the audit reports it).
+        """
+        if outcome not in ("committed", "failed"):
+            raise ToolUsageError('outcome must be "committed" or "failed"')
+        if not isinstance(reviewer, str) or not reviewer:
+            raise ToolUsageError("resolving an effect needs a reviewer name")
+        if reason is not None and not isinstance(reason, str):
+            raise ToolUsageError(f"reason must be text, not {type(reason).__name__}")
+        reviewer, reason = text(reviewer), text(reason or "")
+        if not self._started:
+            await self._ensure_started()
+        await resolve_effect(
+            self._pipe, key, outcome=outcome, reviewer=reviewer, reason=reason, force=force
         )
 
-    async def _end(
-        self, run: _Run, outcome: Event, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        """Record the one outcome (durable before the caller hears), then after_tool hooks."""
-        state = self.state
-        run_id = run.key[0]
-        state.pin(run_id)  # warm until the outcome is written (see Projection.pinned)
-        try:
-            self._emit(run, outcome)
-            run.ended = True
-            events, run.buffer = run.buffer, []
-            await self._append(events)
-        except asyncio.CancelledError:
-            self._unpin_when_written(run_id)
-            raise
-        except BaseException:
-            state.unpin(run_id)
-            raise
-        state.unpin(run_id)
-        if self._observed:
-            await self._dispatch(events)
-        if run.reached_body and self._after and run.call is not None:
-            kind = outcome.type.rpartition(".")[2]
-            await self._after_hooks(run.call, Outcome(kind=kind, value=value, error=error), outcome)
+    def effect_status(self, key: str) -> str:
+        """The key's status now: ``committed``, ``ambiguous``, ``in flight`` (its holder's
+        lease is live), ``claimed`` (a live claim with no lease) or ``unknown``."""
+        return effect_status(self._pipe, key)
 
-    def _unpin_when_written(self, run_id: str) -> None:
-        """The caller was cancelled while its outcome was being appended; the append may
-        still land (SQLite's writer finishes its queue). The run stays warm until the
-        ledger has caught up past it, or for good when the ledger cannot say."""
-        catch_up = getattr(self.ledger, "catch_up", None)
-        if catch_up is None:
-            return
-        state = self.state
+    def ambiguous_effects(self) -> dict[str, tuple[str, str]]:
+        """Ambiguous keys (claims whose outcome is unknown and whose holder's lease, if
+        any, has expired) and the (run_id, call_id) that claimed each."""
+        return ambiguous_effects(self._pipe)
 
-        async def later() -> None:
-            try:
-                await catch_up()
-            except Exception:
-                return  # not known to be written: stays pinned (warm), which is safe
-            state.unpin(run_id)
-
-        task = asyncio.ensure_future(later())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _end_shielded(self, run: _Run, outcome: Event) -> None:
-        # The task is being cancelled: write the outcome in a shielded task so that a
-        # second cancel cannot tear the append in half.
-        state = self.state
-        state.pin(run.key[0])
-        self._emit(run, outcome)
-        run.ended = True
-        events, run.buffer = run.buffer, []
-        task = asyncio.ensure_future(self._append(events))
-        task.add_done_callback(lambda t: _unpin_done(state, run.key[0], t))
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            pass
-        if self._observed and task.done() and not task.cancelled():
-            await self._dispatch(events)
-
-    async def _after_hooks(self, call: Call, outcome: Outcome, about: Event) -> None:
-        for hook, name in self._after:
-            try:
-                await _maybe_await(hook(call, outcome))
-            except Exception as exc:
-                await self._hook_failed(about, name, "after_tool", exc)
+    def in_flight_effects(self) -> dict[str, EffectState]:
+        """Keys whose holder's lease is live (their calls have no outcome yet): each key's
+        state names the holder (``holder``, ``pid``, ``host``) and ``lease_until``."""
+        return in_flight_effects(self._pipe)
 
 
 class _Subscription:
@@ -732,8 +674,8 @@ class _Subscription:
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
-        executor._subscribers.append(self._queue)
-        executor._observed = True
+        executor._pipe.subscribers.append(self._queue)
+        executor._pipe.observed = True
 
     def __aiter__(self) -> _Subscription:
         return self
@@ -747,19 +689,19 @@ class _Subscription:
         """Stop receiving events."""
         executor, self._executor = self._executor, None  # type: ignore[assignment]
         if executor is not None:
-            executor._subscribers.remove(self._queue)
-            executor._observed = bool(executor._on_event or executor._subscribers)
+            pipe = executor._pipe
+            pipe.subscribers.remove(self._queue)
+            pipe.observed = bool(pipe.on_event or pipe.subscribers)
 
 
-async def _replayed(ledger: Ledger) -> AsyncIterator[tuple[Event, bytes | None]]:
+async def _replayed(ledger: Store) -> AsyncIterator[tuple[Event, bytes | None]]:
     """Every event of ``ledger`` with its stored bytes (None from a store that cannot
     give them), so that replay can check each hash on the way."""
-    read_records = getattr(ledger, "read_records", None)
-    if read_records is None:
+    if not isinstance(ledger, RecordReader):
         async for event in ledger.read():
             yield event, None
         return
-    async for record in read_records():
+    async for record in ledger.read_records():
         payload, prev, hash_ = record.payload, record.prev, record.hash
         if type(payload) is not bytes or type(prev) is not str or type(hash_) is not str:
             raise LedgerError(
@@ -786,11 +728,3 @@ def _closed_error() -> ToolUsageError:
     return ToolUsageError(
         "this executor is closed; open a new one on the ledger to make more calls"
     )
-
-
-def _unpin_done(state: Projection, run_id: str, task: asyncio.Future[Any]) -> None:
-    """A shielded outcome append finished: written (or failed for good), so unpin; its
-    error was the cancelled caller's and has no one left to hear it."""
-    if not task.cancelled():
-        task.exception()
-    state.unpin(run_id)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import ToolUsageError
-from ..ledger._protocol import Ledger
+from ..ledger import Ledger
 from ._limits import RunLimits
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "check_hooks",
     "check_ledger",
     "check_limits",
-    "check_registry",
     "check_targets",
 ]
 
@@ -53,7 +52,8 @@ def register_target(name: str) -> str:
         _targets.append(name)
     return name
 
-_HOOK_METHODS = ("before_tool", "after_tool", "on_event")
+
+_HOOK_METHODS = ("before_tool", "after_tool", "on_event", "around_body")
 
 
 def _kind(value: Any) -> str:
@@ -70,18 +70,6 @@ def _items(label: str, value: Any, example: str) -> tuple[Any, ...]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise ToolUsageError(f"{label} must be a list, not {_kind(value)}; e.g. {example}")
     return tuple(value)
-
-
-def check_registry(registry: Any) -> None:
-    """Refuse a ``registry`` that is not a Registry (a ledger passed first, by position)."""
-    from ._spec import Registry
-
-    if registry is None or isinstance(registry, Registry):
-        return
-    hint = ""
-    if isinstance(registry, Ledger) and not isinstance(registry, type):
-        hint = "; a ledger is passed by name: Executor(registry, ledger=...)"
-    raise ToolUsageError(f"registry must be a Registry, not {_kind(registry)}{hint}")
 
 
 def check_ledger(ledger: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -19,7 +19,7 @@ from ..errors import (
     ToolUsageError,
     error_from_kind,
 )
-from ..ledger._events import (
+from ..ledger import (
     CallAmbiguous,
     CallBlocked,
     CallCached,
@@ -36,23 +36,21 @@ from ..ledger._events import (
     Event,
 )
 from ._context import CallContext
+from ._pipeline import Pipeline
 from ._run import _validated
 from ._spec import ToolSpec
-
-if TYPE_CHECKING:
-    from ._executor import Executor
 
 __all__ = ["_repeat", "_replayed_value", "recorded_error", "typed_result"]
 
 
-async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
+async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
     """Step 0: a repeat of a known (run_id, call_id); the body never runs again.
 
     Same digest: ``call.replayed`` and the recorded value or error. Other digest:
     ToolUsageError. A started call without an outcome: AmbiguousEffect.
     """
     key = (ctx.run_id, ctx.call_id)
-    recorded = self.state.outcomes.get(key)
+    recorded = pipe.state.outcomes.get(key)
     if recorded is None:
         raise AmbiguousEffect(
             f"call {ctx.call_id} (run {ctx.run_id}) already started and has no outcome "
@@ -69,22 +67,22 @@ async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -
             "a call id cannot be reused for new arguments"
         )
     outcome: Event | None = None
-    async for event in self.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
+    async for event in pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
         if event.is_outcome:
             outcome = event
             break
     if outcome is None:
-        if ctx.run_id in self.state.pinned:
+        if ctx.run_id in pipe.state.pinned:
             # The first call finished a moment ago and its outcome is still being written.
             raise AmbiguousEffect(
                 f"call {ctx.call_id} (run {ctx.run_id}) has just finished and its outcome "
                 "is still being written; it does not run again (ask again to get its value)"
             )
         raise ToolUsageError(f"the outcome of call {ctx.call_id} is not in the ledger")
-    await self._record(
+    await pipe.record(
         [
             CallReplayed(
-                ts=self._clock(),
+                ts=pipe.clock(),
                 run_id=ctx.run_id,
                 call_id=ctx.call_id,
                 tool=spec.name,
@@ -93,7 +91,7 @@ async def _repeat(self: Executor, spec: ToolSpec, args: Any, ctx: CallContext) -
             )
         ]
     )
-    return typed_result(spec, self._replayed_value(outcome))
+    return typed_result(spec, _replayed_value(pipe, outcome))
 
 
 def typed_result(spec: ToolSpec, value: Any) -> Any:
@@ -114,7 +112,7 @@ def typed_result(spec: ToolSpec, value: Any) -> Any:
         return value
 
 
-def _replayed_value(self: Executor, outcome: Event) -> Any:
+def _replayed_value(pipe: Pipeline, outcome: Event) -> Any:
     """The recorded outcome's value, or raise its error (ToolUsageError when none)."""
     if isinstance(outcome, CallSucceeded):
         if outcome.redacted:
@@ -127,7 +125,7 @@ def _replayed_value(self: Executor, outcome: Event) -> Any:
         return outcome.result
     if isinstance(outcome, CallCancelled):
         raise ToolUsageError(f"call {outcome.call_id} was cancelled; it has no value to replay")
-    error = self.recorded_error(outcome)
+    error = recorded_error(outcome)
     raise error
 
 

@@ -12,14 +12,18 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolArgsInvalid
-from ..ledger._events import Event
-from ..ledger._recordable import text
+from ..ledger import Event
+from ..ledger import recordable_text as text
 from ._context import Call, CallContext
 from ._digest import canonical
-from ._redaction import _fields, values_at
+from ._redaction import _fields, redacted, values_at
 from ._spec import _TEXT, MAX_ARGS_BYTES, ToolSpec
 
-__all__ = ["new_id"]
+__all__ = ["new_id", "requested_args"]
+
+# Tuples, not ``A | B`` unions: a union is built anew each time the expression runs, and
+# requested_args runs on every call.
+_BINARY = (bytes, bytearray, memoryview)
 
 _ID_PREFIX = os.urandom(6).hex()
 _ids = itertools.count(1)
@@ -166,3 +170,38 @@ class _Run:
         # Set once the outcome is emitted: a cancel that lands later (in an after_tool
         # hook, or while the outcome is being written) must not add a second outcome.
         self.ended = False
+
+
+def requested_args(spec: ToolSpec, args: Any) -> Any:
+    """What ``call.requested`` records of ``args``: redacted, and never a secret in text."""
+    # Raw text is recorded as given unless it names redacted values: then it is
+    # parsed, and text that does not parse is withheld rather than leak a secret.
+    # Text over the size limit is never parsed nor stored (validation refuses it).
+    # A str is measured in UTF-8 bytes (as validation measures it), only when its
+    # length in characters says it may be over: up to 4 bytes per character.
+    if isinstance(args, _TEXT) and len(args) > MAX_ARGS_BYTES // 4:
+        size = len(args.encode("utf-8", "replace")) if isinstance(args, str) else len(args)
+        if size > MAX_ARGS_BYTES:
+            return f"[withheld: {size} bytes, over the size limit]"
+    if type(args) is not dict and not isinstance(args, _TEXT):
+        # A mapping that is not a dict (recorded as its items), or an object given as
+        # arguments (validation refuses it): as its JSON form, so that redaction
+        # applies to its fields too and nothing is recorded as a placeholder.
+        try:
+            args = dict(args) if isinstance(args, Mapping) else msgspec.to_builtins(args)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return f"[not recorded: arguments of type {type(args).__name__}]"
+    if isinstance(args, dict) or not spec.redact:
+        if isinstance(args, _BINARY):
+            return bytes(args).decode("utf-8", "replace")
+        if isinstance(args, str) and not args.isascii():
+            return text(args)  # (a lone surrogate: recorded as its escape)
+        return redacted(args, spec.redact)
+    if not isinstance(args, _TEXT):
+        # Not an object (a list, a number): no field can be told apart from another.
+        return "[redacted: arguments that are not an object]"
+    try:
+        return redacted(msgspec.json.decode(args), spec.redact)
+    except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+        # (Nesting too deep, or a lone surrogate: validation refuses the text too.)
+        return "[redacted: unparsable arguments]"

@@ -17,8 +17,9 @@ from typing import Any, Literal, overload
 import msgspec
 
 from ..errors import ToolArgsInvalid, ToolUsageError, UnannotatedToolWarning
-from ..ledger._recordable import text
-from ._options import check_guards, check_targets
+from ..ledger import Ledger
+from ..ledger import recordable_text as text
+from ._options import _kind, check_guards, check_targets
 from ._redaction import check_paths, roots
 from ._schema import _lift_schema, _result_type, _signature_struct, to_strict_schema
 
@@ -597,3 +598,13 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._specs)
+
+
+def check_registry(registry: Any) -> None:
+    """Refuse a ``registry`` that is not a Registry (a ledger passed first, by position)."""
+    if registry is None or isinstance(registry, Registry):
+        return
+    hint = ""
+    if isinstance(registry, Ledger) and not isinstance(registry, type):
+        hint = "; a ledger is passed by name: Executor(registry, ledger=...)"
+    raise ToolUsageError(f"registry must be a Registry, not {_kind(registry)}{hint}")

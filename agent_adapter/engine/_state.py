@@ -16,16 +16,11 @@ from typing import Any
 
 import msgspec
 
-from ..ledger._effect_keys import (
+from ..ledger import (
     AMBIGUOUS,
     COMMITTED,
     FREE,
     IN_FLIGHT,
-    lease_live,
-    status_after_outcome,
-    status_after_resolve,
-)
-from ..ledger._events import (
     ApprovalRequested,
     CallAmbiguous,
     CallBlocked,
@@ -46,6 +41,9 @@ from ..ledger._events import (
     EffectRenewed,
     EffectResolved,
     Event,
+    lease_live,
+    status_after_outcome,
+    status_after_resolve,
 )
 
 __all__ = ["EffectState", "Projection"]

@@ -6,12 +6,13 @@ attributes for a tool execution (``gen_ai.operation.name``, ``gen_ai.tool.name``
 the digest of the validated arguments, the effect key and the outcome kind. Every ledger
 event of the call becomes a span event, stamped with the event's own ``ts``.
 
-It is built from ``on_event`` alone: that is the one hook method the executor calls for
-every call, whatever its outcome (``before_tool`` runs only after validation,
-``after_tool`` only for calls that reached the body). The executor dispatches events in
-the caller's task, so the span starts under the caller's current span: it nests in the
-host's trace (and in the OpenAI Agents SDK's, when the host exports that through
-OpenTelemetry).
+It is built from ``on_event``: that is the one hook method the executor calls for every
+call, whatever its outcome (``before_tool`` runs only after validation, ``after_tool``
+only for calls that reached the body). The executor dispatches events in the caller's
+task, so the span starts under the caller's current span: it nests in the host's trace
+(and in the OpenAI Agents SDK's, when the host exports that through OpenTelemetry). Its
+``around_body`` makes the call's span current while the tool body runs, so that a span
+the body opens (an HTTP client's, a database driver's) nests under ``execute_tool``.
 
 Only ``opentelemetry-api`` is imported (extra ``otel``): without a configured provider the
 API's tracer hands back non-recording spans and the hook keeps nothing per call.
@@ -20,14 +21,14 @@ API's tracer hands back non-recording spans and the hook keeps nothing per call.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from ..engine import recorded_error
+from ..engine import Call, recorded_error
 from ..ledger import OUTCOME_TAGS, Event
 
 __all__ = ["OpenTelemetryHook"]
@@ -135,6 +136,19 @@ class OpenTelemetryHook:
         if plan.role is _END:
             del self._open[(event.run_id, event.call_id)]
             self._finish(held.span, event)
+
+    async def around_body(self, call: Call, next: Callable[[], Awaitable[Any]]) -> Any:
+        """Run the body with the call's span as the current span (its spans nest in it).
+
+        A call with no open span (not sampled, no provider, or a ``durability="outcome"``
+        call, whose events reach hooks only with its outcome) runs as it is."""
+        held = self._open.get((call.ctx.run_id, call.ctx.call_id)) if self._open else None
+        if held is None:
+            return await next()
+        with trace.use_span(
+            held.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
+            return await next()
 
     # -- spans --------------------------------------------------------------------------
 

@@ -1,22 +1,13 @@
-"""The hook protocol: any object with some of ``before_tool``, ``after_tool``, ``on_event``."""
+"""The hook protocol: the engine's (``agent_adapter.engine.Hook``), named here too.
+
+A hook is any object with some of ``before_tool(call)``, ``after_tool(call, outcome)``,
+``on_event(event)`` (sync or async) and ``around_body(call, next)``; the protocols live
+beside the executor that composes them (``engine/_extensions.py``), so that the engine
+never imports this package.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from ..engine import AfterTool, AroundBody, BeforeTool, Hook, OnEvent
 
-__all__ = ["Hook"]
-
-
-class Hook(Protocol):
-    """A hook implements any subset of these (sync or async).
-
-    ``before_tool(call)`` may raise to stop the call (``call.blocked``);
-    ``after_tool(call, outcome)`` and ``on_event(event)`` only observe: if they raise,
-    the executor records ``hook.failed`` and the call's outcome stands.
-    """
-
-    def before_tool(self, call: Any) -> Any: ...
-
-    def after_tool(self, call: Any, outcome: Any) -> Any: ...
-
-    def on_event(self, event: Any) -> Any: ...
+__all__ = ["AfterTool", "AroundBody", "BeforeTool", "Hook", "OnEvent"]

@@ -416,3 +416,40 @@ async def test_arguments_changed_in_place_by_a_hook_are_refused(clock: Any) -> N
             "call.failed",
         ],
     )
+
+
+async def test_around_body_hooks_wrap_the_body_first_hook_outermost() -> None:
+    """Hooks' around_body methods are composed once, the first hook outermost (as
+    temporalio's interceptors): each runs the rest with next() and gets its value; an
+    error of the body passes through them all and is the call's failure."""
+    from agent_adapter.errors import ToolFailed
+    from agent_adapter.ledger import MemoryLedger
+
+    seen: list[str] = []
+
+    class Around:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def around_body(self, call: Any, next: Any) -> Any:
+            seen.append(f"{self.name} in {call.tool}")
+            try:
+                return await next()
+            finally:
+                seen.append(f"{self.name} out")
+
+    registry = Registry()
+
+    @registry.tool
+    async def echo(n: int) -> int:
+        """Returns n; fails for 0."""
+        seen.append("body")
+        if n == 0:
+            raise ValueError("zero")
+        return n
+
+    executor = Executor(registry, ledger=MemoryLedger(), hooks=[Around("outer"), Around("inner")])
+    assert await executor.call("echo", {"n": 3}) == 3
+    with pytest.raises(ToolFailed, match="zero"):
+        await executor.call("echo", {"n": 0})
+    assert seen == ["outer in echo", "inner in echo", "body", "inner out", "outer out"] * 2

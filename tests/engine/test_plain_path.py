@@ -1,4 +1,4 @@
-"""The plain call's straight path (``_execute_plain``) records what the full path records.
+"""The plain call's straight path (``Plan.straight``) records what the full path records.
 
 A call with nothing to decide (an async body; no cache, effect key, timeout, output
 guard, ``on_event`` or ``after_tool`` hook) skips the steps that would do nothing, and a
@@ -16,6 +16,7 @@ import pytest
 from _helpers import Batches, timeline
 
 from agent_adapter import CallContext, Executor, Registry
+from agent_adapter.engine import _executor
 from agent_adapter.errors import AdapterError, ToolError
 from agent_adapter.ledger import Event, MemoryLedger
 
@@ -74,22 +75,26 @@ def _shape(event: Event) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in _VARYING} | {"type": event.type}
 
 
-async def _run(tool: str, args: Any, *, full: bool) -> tuple[list[dict[str, Any]], str, int]:
+async def _run(
+    tool: str, args: Any, monkeypatch: pytest.MonkeyPatch, *, full: bool
+) -> tuple[list[dict[str, Any]], str, int]:
     """Events (without times and chain fields), the error kind ("" for a value), and how
     many times the straight path ran."""
     gate = asyncio.Event()
     registry = _registry(gate)
     ledger = MemoryLedger()
     executor = Executor(registry, ledger=ledger, hooks=[NoOpAfter()] if full else [])
-    straight = executor._execute_plain
+    execute = _executor._execute
     taken = 0
 
-    async def counted(run: Any, call: Any) -> Any:
+    async def counted(pipe: Any, run: Any, call: Any, plan: Any) -> Any:
+        # The straight path: a plan with nothing to decide, for a call whose arguments
+        # no code saw, on an executor nobody observes.
         nonlocal taken
-        taken += 1
-        return await straight(run, call)
+        taken += plan.straight and not (run.exposed or pipe.observed)
+        return await execute(pipe, run, call, plan)
 
-    executor._execute_plain = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(_executor, "_execute", counted)
     ctx = CallContext(run_id="run-1", call_id="call-1")
     kind = ""
     if tool == "hang":
@@ -121,9 +126,11 @@ async def _run(tool: str, args: Any, *, full: bool) -> tuple[list[dict[str, Any]
         ("hang", '{"n": 7}'),
     ],
 )
-async def test_the_plain_path_records_what_the_full_path_records(tool: str, args: Any) -> None:
-    events, kind, taken = await _run(tool, args, full=False)
-    full_events, full_kind, full_taken = await _run(tool, args, full=True)
+async def test_the_plain_path_records_what_the_full_path_records(
+    tool: str, args: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events, kind, taken = await _run(tool, args, monkeypatch, full=False)
+    full_events, full_kind, full_taken = await _run(tool, args, monkeypatch, full=True)
     assert (events, kind) == (full_events, full_kind)
     reached_body = "call.started" in [e["type"] for e in events]
     assert (taken, full_taken) == (1 if reached_body else 0, 0)

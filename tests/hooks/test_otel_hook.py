@@ -465,3 +465,45 @@ async def test_a_call_that_was_not_sampled_leaves_no_half_span(clock: Any) -> No
             timeline("call.succeeded", effect=True),
         )
     ]
+
+
+@pytest.mark.parametrize("kind", ["async", "sync", "timeout"])
+async def test_a_span_opened_in_the_body_nests_under_the_calls_span(kind: str) -> None:
+    """A span the tool body opens (an HTTP client's, say) is a child of the call's
+    `execute_tool` span, not of the host's: the hook's around_body makes the call's span
+    current while the body runs, for an async body, a sync one (in its worker thread) and
+    one under a timeout."""
+    provider, exporter = sdk()
+    body_tracer = provider.get_tracer("http-client")
+    reg = Registry()
+
+    def fetch_sync(url: str) -> str:
+        """Opens its own span, in a worker thread."""
+        with body_tracer.start_as_current_span("GET"):
+            return url
+
+    async def fetch_async(url: str) -> str:
+        """Opens its own span."""
+        with body_tracer.start_as_current_span("GET"):
+            return url
+
+    if kind == "sync":
+        reg.tool(fetch_sync, name="fetch")
+    else:
+        reg.tool(fetch_async, name="fetch", timeout=5 if kind == "timeout" else None)
+    executor = Executor(reg, ledger=MemoryLedger(), hooks=[OpenTelemetryHook(provider)])
+    with provider.get_tracer("host").start_as_current_span("agent turn"):
+        assert await executor.call("fetch", {"url": "https://x"}, run_id="r", call_id="c") == (
+            "https://x"
+        )
+    body_span, tool_span, host_span = exporter.get_finished_spans()
+    assert (body_span.name, tool_span.name, host_span.name) == (
+        "GET",
+        "execute_tool fetch",
+        "agent turn",
+    )
+    assert body_span.parent is not None and tool_span.parent is not None
+    assert (body_span.parent.span_id, tool_span.parent.span_id) == (
+        tool_span.context.span_id,
+        host_span.context.span_id,
+    )
