@@ -173,3 +173,30 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert _private("agent_adapter.engine._run") and not _private("agent_adapter.engine")
     circle = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(circle) == [["a", "b", "c"]]
+
+
+def test_the_architecture_page_names_what_exists() -> None:
+    """docs/architecture.md traces a call file by file: every file it names exists, and a
+    name written right after a file (`engine/_outcome.py` `write`) is defined in it."""
+    import re
+
+    page = (ROOT.parent / "docs" / "architecture.md").read_text()
+    named = re.findall(
+        r"`((?:engine|ledger|bridges|hooks|testing|cli)/[\w/]+\.py)`(?: `([\w.]+)`)?", page
+    )
+    missing = []
+    for path, name in named:
+        source = ROOT / path
+        if not source.is_file():
+            missing.append(path)
+            continue
+        if name:
+            tree = ast.parse(source.read_text())
+            defined = {
+                n.name
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            }
+            if name.split(".")[-1] not in defined:
+                missing.append(f"{path} {name}")
+    assert (len(named) > 20, missing) == (True, [])
