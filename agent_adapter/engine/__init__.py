@@ -6,6 +6,7 @@ from ._approval import (
     Decision,
     DeferredApproval,
     PendingApproval,
+    ask_port,
     effect_notice,
 )
 from ._context import Call, CallContext, Outcome, current_call
@@ -71,6 +72,7 @@ __all__ = [
     "Store",
     "TokenTable",
     "ToolSpec",
+    "ask_port",
     "canonical",
     "current_call",
     "digest",

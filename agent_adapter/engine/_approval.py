@@ -43,6 +43,7 @@ __all__ = [
     "Decision",
     "DeferredApproval",
     "PendingApproval",
+    "ask_port",
     "effect_notice",
     "redacted",
 ]
@@ -166,6 +167,31 @@ def _schema_to_record(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     if schema is None or recordable(schema) is not schema:
         return None
     return schema
+
+
+async def ask_port(port: Any, request: ApprovalRequest) -> tuple[Decision | None, str]:
+    """Ask an approval port about ``request`` as the executor's step 6 does.
+
+    Returns ``(decision, "")``, or ``(None, request_id)`` when the port holds the request
+    open (it returned None, or raised ``ApprovalPending``: then the id of the request it
+    already holds for these arguments). A port that raises anything else denies (fail
+    closed, the reason naming the error); a bool answer becomes ``Decision(approved=...)``.
+    For a bridge that asks a port at its framework's own pause (the OpenAI Agents SDK's
+    interruptions, a LangGraph interrupt, pydantic-ai's deferred calls).
+    """
+    try:
+        answer = await port.decide(request)
+    except ApprovalPending as exc:
+        return None, exc.request_id or request.request_id
+    except Exception as exc:
+        return Decision(
+            approved=False, reason=f"approval port failed: {type(exc).__name__}: {exc}"
+        ), ""
+    if answer is None:
+        return None, request.request_id  # held under this ask's id (DeferredApproval does)
+    if isinstance(answer, Decision):
+        return answer, ""
+    return Decision(approved=bool(answer)), ""
 
 
 class CallbackApproval:

@@ -475,7 +475,14 @@ class Executor:
         """
         if not self._started:
             await self._ensure_started()
-        return await prepare(spec, args, ctx, self.state.effects)
+        state = self._pipe.state
+        while ctx.run_id in state.cold:  # (as run_spec: a cold run's history comes back)
+            await self._recall(ctx.run_id)
+            state = self._pipe.state
+        key = (ctx.run_id, ctx.call_id)
+        # What step 0 asks: such a call is answered from the ledger, never run again.
+        recorded = key in state.outcomes or key in state.inflight
+        return await prepare(spec, args, ctx, state.effects, recorded=recorded)
 
     async def run_spec(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
         """Run one call of ``spec`` with ``args`` (a dict, or JSON text from a model).

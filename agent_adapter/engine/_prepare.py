@@ -53,17 +53,26 @@ class Prepared:
     ``shown_args`` what a reviewer may see (redactions applied), ``effect_key`` the
     rendered key (None without one, or when the template cannot be rendered: the call
     records that failure itself), ``effect_notice`` the sentence a reviewer must read when
-    the key is not free (``""`` when it is), ``json_schema`` the tool's schema.
+    the key is not free (``""`` when it is) and ``effect_state``, ``effect_by_run_id``,
+    ``effect_by_call_id`` the key's state and holder as the executor knows them then (None
+    and ``""`` for a free key: the fields of an ``ApprovalRequest``), ``json_schema`` the
+    tool's schema. ``recorded`` is True when this (run, call) is already on record (an
+    outcome, or a call that started and has none): ``run_spec`` answers it from the ledger
+    (pipeline step 0) without asking anyone, so a bridge need not ask its reviewer again.
     """
 
     __slots__ = (
         "args",
         "digest",
+        "effect_by_call_id",
+        "effect_by_run_id",
         "effect_key",
         "effect_notice",
+        "effect_state",
         "error",
         "json_schema",
         "needs_approval",
+        "recorded",
         "shown_args",
         "spec",
     )
@@ -77,7 +86,11 @@ class Prepared:
         needs_approval: bool = False,
         effect_key: str | None = None,
         effect_notice: str = "",
+        effect_state: str | None = None,
+        effect_by_run_id: str = "",
+        effect_by_call_id: str = "",
         error: ToolArgsInvalid | None = None,
+        recorded: bool = False,
     ) -> None:
         self.spec = spec
         self.args: dict[str, Any] = args if args is not None else {}
@@ -86,6 +99,10 @@ class Prepared:
         self.shown_args: Any = msgspec.to_builtins(redacted(self.args, spec.redact))
         self.effect_key = effect_key
         self.effect_notice = effect_notice
+        self.effect_state = effect_state
+        self.effect_by_run_id = effect_by_run_id
+        self.effect_by_call_id = effect_by_call_id
+        self.recorded = recorded
         self.json_schema: dict[str, Any] = spec.json_schema
         self.error = error
 
@@ -130,17 +147,23 @@ class Prepared:
 
 
 async def prepare(
-    spec: ToolSpec, args: Any, ctx: CallContext, effects: Mapping[str, Any]
+    spec: ToolSpec,
+    args: Any,
+    ctx: CallContext,
+    effects: Mapping[str, Any],
+    *,
+    recorded: bool = False,
 ) -> Prepared:
     """Validate and digest ``args`` for ``spec``, ask the confirm rule, read the key's state.
 
-    ``effects`` is the executor's effect-key state (``EffectState`` by key). Records
-    nothing and runs no hook, guard or body.
+    ``effects`` is the executor's effect-key state (``EffectState`` by key); ``recorded``
+    whether the executor has this (run, call) on record already. Records nothing and runs
+    no hook, guard or body.
     """
     try:
         validated, call_digest = _validated(spec, args)
     except ToolArgsInvalid as exc:
-        return Prepared(spec, error=exc)
+        return Prepared(spec, error=exc, recorded=recorded)
     try:
         key = spec.effect_key(validated)
     except Exception:
@@ -161,4 +184,8 @@ async def prepare(
         needs_approval=await approval_needed(spec, call, ctx),
         effect_key=key,
         effect_notice=notice,
+        effect_state=None if held is None else held.status,
+        effect_by_run_id="" if held is None else held.run_id,
+        effect_by_call_id="" if held is None else held.call_id,
+        recorded=recorded,
     )

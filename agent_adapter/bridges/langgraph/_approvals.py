@@ -16,8 +16,8 @@ from typing import Any
 
 from langgraph.types import Command, Interrupt
 
-from ...engine import ApprovalPort, ApprovalRequest, Decision, Prepared, new_id
-from ...errors import ApprovalPending, ToolUsageError
+from ...engine import ApprovalPort, ApprovalRequest, Decision, Prepared, ask_port, new_id
+from ...errors import ToolUsageError
 from ._ids import NAME
 
 __all__ = ["INTERRUPT_TYPE", "Review", "decision_for", "interrupt_value", "review_interrupts"]
@@ -129,23 +129,6 @@ def _ours(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("type") == INTERRUPT_TYPE
 
 
-async def _ask(port: ApprovalPort, request: ApprovalRequest) -> tuple[Decision | None, str]:
-    """The port's decision, or None and the id of the request it holds open."""
-    try:
-        answer = await port.decide(request)
-    except ApprovalPending as exc:
-        # The port already holds a request for these arguments: that one is answered.
-        return None, exc.request_id or request.request_id
-    except Exception as exc:
-        # Fail closed, like the executor: a port that breaks denies.
-        return Decision(approved=False, reason=f"approval port failed: {type(exc).__name__}"), ""
-    if answer is None:
-        return None, request.request_id
-    if isinstance(answer, Decision):
-        return answer, ""
-    return Decision(approved=bool(answer)), ""
-
-
 async def review_interrupts(
     interrupts: Any, port: ApprovalPort, *, run_id: str | None = None
 ) -> Review:
@@ -182,7 +165,7 @@ async def review_interrupts(
             metadata={"integration": NAME},
             json_schema=schema if isinstance(schema, dict) else None,
         )
-        decision, held = await _ask(port, request)
+        decision, held = await ask_port(port, request)
         if decision is None:
             pending.append(held)
             continue

@@ -21,7 +21,6 @@ from pydantic import PrivateAttr
 
 from ...engine import CallContext, Decision, Executor, Registry, ToolSpec, get_default_executor
 from ...errors import AdapterError, ToolUsageError
-from ...ledger import OUTCOME_TAGS
 from ._approvals import decision_for, interrupt_value
 from ._errors import error_message, model_visible, value_message
 from ._ids import CALL_IDS, NAME, CallIds, call_id_for, one_call_per_task, run_id_for
@@ -49,19 +48,6 @@ def export_of(tool: Any) -> Export | None:
     return found if isinstance(found, Export) else None
 
 
-async def _on_record(executor: Executor, run_id: str, call_id: str) -> bool:
-    """True when the call already started or has an outcome: a repeat, never asked again.
-
-    A resumed or restored checkpoint reruns the task from its start; asking the person
-    again for a call the ledger already answered would only pause the graph for nothing
-    (the executor answers the repeat from the ledger whatever they say).
-    """
-    async for event in executor.ledger.read(run_id=run_id, call_id=call_id):
-        if event.type == "call.started" or event.type in OUTCOME_TAGS:
-            return True
-    return False
-
-
 def _body(spec: ToolSpec, executor: Executor, call_ids: CallIds) -> Any:
     gated = spec.confirm is not False
     run_spec = executor.run_spec
@@ -80,11 +66,9 @@ def _body(spec: ToolSpec, executor: Executor, call_ids: CallIds) -> Any:
         if gated:
             ids = CallContext(run_id=run_id, call_id=call_id, metadata=metadata)
             prepared = await executor.prepare(spec, args, ids)
-            if (
-                prepared.ok
-                and prepared.needs_approval
-                and not await _on_record(executor, run_id, call_id)
-            ):
+            # A call already on record (a resumed, repeated or restored checkpoint reruns
+            # the task) is not asked again: the executor answers it from the ledger.
+            if prepared.ok and prepared.needs_approval and not prepared.recorded:
                 one_call_per_task(config, runtime.state, tool_call_id)
                 # Raises GraphInterrupt the first time; on resume returns the answer.
                 answer = interrupt(interrupt_value(name, prepared, run_id, call_id))

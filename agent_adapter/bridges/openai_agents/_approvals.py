@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, digest
+from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, ask_port, digest
 from ...errors import (
     ApprovalDenied,
-    ApprovalPending,
     LedgerError,
     ToolArgsInvalid,
     ToolUsageError,
@@ -117,25 +116,6 @@ def _denial(tool: str, reason: str) -> str:
     return error_output(ApprovalDenied(message))
 
 
-async def _ask(port: ApprovalPort, request: ApprovalRequest) -> tuple[Decision | None, str]:
-    """The port's decision, or None and the id of the request it holds open."""
-    try:
-        answer = await port.decide(request)
-    except ApprovalPending as exc:
-        # The port already holds a request for these arguments: that one is answered,
-        # not the id of this ask (which it did not record).
-        return None, exc.request_id or request.request_id
-    except Exception as exc:
-        # Fail closed, like the executor: a port that breaks denies.
-        reason = f"approval port failed: {type(exc).__name__}: {exc}"
-        return Decision(approved=False, reason=reason), ""
-    if answer is None:
-        return None, request.request_id  # held under this ask's id (DeferredApproval does)
-    if isinstance(answer, Decision):
-        return answer, ""
-    return Decision(approved=bool(answer)), ""
-
-
 async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str = "") -> Any:
     """Ask ``port`` once per paused call, then approve or reject it on the run state.
 
@@ -220,7 +200,7 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
             redact=redact,
             json_schema=schema,
         )
-        decision, held = await _ask(port, request)
+        decision, held = await ask_port(port, request)
         items.append(_Item(item, export, call_id, args_digest, decision, held))
     _check_edits(items)
     _apply(state, items)

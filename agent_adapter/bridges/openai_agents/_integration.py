@@ -22,7 +22,6 @@ NAME = "openai_agents"
 _NO_OP_TRACE_ID = "no-op"
 
 
-
 def trace_run_id() -> str | None:
     """The current SDK trace id, or None when tracing is off (the SDK's ``NoOpTrace``)."""
     trace = get_current_trace()

@@ -19,9 +19,15 @@ from typing import Any
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 
-from ...engine import ApprovalPort, ApprovalRequest, Decision, Executor, TokenTable, ToolSpec
-from ...errors import ApprovalDenied, ApprovalPending, ToolUsageError
-from ...ledger import OUTCOME_TAGS
+from ...engine import (
+    ApprovalPort,
+    ApprovalRequest,
+    Executor,
+    TokenTable,
+    ToolSpec,
+    ask_port,
+)
+from ...errors import ApprovalDenied, ToolUsageError
 from ._errors import error_output
 from ._integration import META_KEY, NAME, call_context
 
@@ -50,24 +56,6 @@ class Review:
     denied: tuple[str, ...] = ()
 
 
-async def _ask(port: ApprovalPort, request: ApprovalRequest) -> tuple[Decision | None, str]:
-    """The port's decision, or None and the id of the request it holds open."""
-    try:
-        answer = await port.decide(request)
-    except ApprovalPending as exc:
-        # The port already holds a request for these arguments: that one is answered.
-        return None, exc.request_id or request.request_id
-    except Exception as exc:
-        # Fail closed, like the executor: a port that breaks denies.
-        reason = f"approval port failed: {type(exc).__name__}: {exc}"
-        return Decision(approved=False, reason=reason), ""
-    if answer is None:
-        return None, request.request_id
-    if isinstance(answer, Decision):
-        return answer, ""
-    return Decision(approved=bool(answer)), ""
-
-
 def _run_of(requests: DeferredToolRequests, part: ToolCallPart, run_id: str | None) -> str:
     """The call's run id: the caller's, else the conversation id the bridge recorded."""
     if run_id:
@@ -80,19 +68,6 @@ def _run_of(requests: DeferredToolRequests, part: ToolCallPart, run_id: str | No
         f"the deferred call {part.tool_call_id} ({part.tool_name}) carries no run id: pass "
         "run_id= (the run's conversation_id) to resolve_deferred"
     )
-
-
-async def _settled(executor: Executor, run_id: str, call_id: str) -> bool:
-    """True when the ledger already holds this call's outcome, or its start.
-
-    Such a call is not asked about again: resumed, the executor answers it from the ledger
-    (its recorded value or refusal; ambiguous if it started and has no outcome), and a
-    deferred port's answer is not spent on it a second time.
-    """
-    async for event in executor.ledger.read(run_id=run_id, call_id=call_id):
-        if event.type in OUTCOME_TAGS or event.type == "call.started":
-            return True
-    return False
 
 
 async def resolve(
@@ -116,10 +91,13 @@ async def resolve(
         call_id = part.tool_call_id
         raw: Any = part.args or {}
         ctx = call_context(run, call_id)
-        if await _settled(executor, run, call_id):
-            approvals[call_id] = ToolApproved()  # no token: step 0 answers it, nothing runs
-            continue
         prepared = await executor.prepare(spec, raw, ctx)
+        if prepared.recorded:
+            # Already on record (an outcome, or a start): not asked again, and a deferred
+            # port's answer is not spent on it a second time. No token: step 0 answers it
+            # from the ledger (its recorded value or refusal), nothing runs.
+            approvals[call_id] = ToolApproved()
+            continue
         if not prepared.ok:
             # Only requests edited after the pause get here (the toolset never defers a call
             # whose arguments are invalid): recorded as call.invalid, never asked.
@@ -143,8 +121,11 @@ async def resolve(
             redact=spec.redact,
             json_schema=spec.json_schema,
             effect_key=prepared.effect_key,
+            effect_state=prepared.effect_state,
+            effect_by_run_id=prepared.effect_by_run_id,
+            effect_by_call_id=prepared.effect_by_call_id,
         )
-        decision, held = await _ask(port, request)
+        decision, held = await ask_port(port, request)
         if decision is None:
             pending.append(held)
         elif decision.approved:

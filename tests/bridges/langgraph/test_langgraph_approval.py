@@ -221,7 +221,7 @@ async def test_review_interrupts_leaves_others_alone_and_keeps_threads_apart() -
             "i1": {
                 "approved": False,
                 "reviewer": "",
-                "reason": "approval port failed: RuntimeError",
+                "reason": "approval port failed: RuntimeError: the inbox is down",
                 "edits": None,
                 "digest": "d1",
             }
