@@ -140,7 +140,9 @@ async def record() -> list[Record]:
         lease_s=0.3,
     )
     # The claims' holder, fixed: the file must not name the machine that recorded it.
-    executor.executor_id, executor._pid, executor._host = "golden-exec", 4242, "golden-host"
+    # (The pipeline holds them: set before the first call, as the executor itself would.)
+    pipe = executor._pipe
+    pipe.executor_id, pipe.pid, pipe.host = "golden-exec", 4242, "golden-host"
     ui = Decision(approved=True, reviewer="ui")
 
     async def call(tool: str, args: Any, call_id: str, approval: Any = None) -> Any:
