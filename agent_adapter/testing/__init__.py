@@ -28,6 +28,7 @@ from ._kit import (
     Reply,
     Scenario,
     Tools,
+    decision_of,
     run_scenario,
     scenarios_for,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SCENARIOS",
     "Scenario",
     "Tools",
+    "decision_of",
     "run_scenario",
     "scenarios_for",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..engine import DeferredApproval, Executor, Registry, digest
+from ..engine import Decision, DeferredApproval, Executor, Registry, digest
 from ..errors import ToolError
 from ..ledger import MemoryLedger, replay
 
@@ -29,6 +29,7 @@ __all__ = [
     "SCENARIOS",
     "Scenario",
     "Tools",
+    "decision_of",
     "run_scenario",
     "scenarios_for",
 ]
@@ -59,6 +60,18 @@ class Leave:
 
 
 Answer = Approve | Deny | Edit | Leave
+
+
+def decision_of(answer: Answer | None, *, reviewer: str = "kit") -> Decision:
+    """The ``Decision`` a person's answer stands for, for a driver whose framework asks an
+    approval port: approve, approve an edit (complete arguments), or deny (``Leave`` and
+    no answer deny too: nobody answered)."""
+    if isinstance(answer, Approve):
+        return Decision(approved=True, reviewer=reviewer)
+    if isinstance(answer, Edit):
+        return Decision(approved=True, reviewer=reviewer, edits=dict(answer.args))
+    reason = answer.reason if isinstance(answer, Deny) else "nobody answered"
+    return Decision(approved=False, reviewer=reviewer, reason=reason)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import Field
 from ..bridges.langgraph import NAME, langgraph_tools, review_interrupts
 from ..engine import ApprovalRequest, CallbackApproval, Decision, DeferredApproval, Executor, new_id
 from ..errors import MODEL_VISIBLE_KINDS, AdapterError
-from ._kit import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
+from ._kit import Attempt, Channel, Leave, Reply, decision_of
 
 __all__ = ["LangGraphDriver", "ScriptedChatModel", "tool_call_message"]
 
@@ -126,12 +126,7 @@ class LangGraphDriver:
         def decide(request: ApprovalRequest) -> Decision:
             nonlocal asked
             asked += 1
-            if isinstance(answer, Approve):
-                return Decision(approved=True, reviewer="kit")
-            if isinstance(answer, Edit):
-                return Decision(approved=True, reviewer="kit", edits=dict(answer.args))
-            reason = answer.reason if isinstance(answer, Deny) else "nobody answered"
-            return Decision(approved=False, reviewer="kit", reason=reason)
+            return decision_of(answer)
 
         try:
             result = await agent.ainvoke({"messages": [HumanMessage("go")]}, config)

@@ -23,7 +23,7 @@ from ..engine import (
     new_id,
 )
 from ..errors import MODEL_VISIBLE_KINDS, AdapterError
-from ._kit import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
+from ._kit import Attempt, Channel, Leave, Reply, decision_of
 
 __all__ = ["OpenAIAgentsDriver"]
 
@@ -82,12 +82,7 @@ class OpenAIAgentsDriver:
         def decide(request: ApprovalRequest) -> Decision:
             nonlocal asked
             asked += 1
-            if isinstance(answer, Approve):
-                return Decision(approved=True, reviewer="kit")
-            if isinstance(answer, Edit):
-                return Decision(approved=True, reviewer="kit", edits=dict(answer.args))
-            reason = answer.reason if isinstance(answer, Deny) else "nobody answered"
-            return Decision(approved=False, reviewer="kit", reason=reason)
+            return decision_of(answer)
 
         try:
             result = await run(agent, "go", run_config=_CONFIG, context=context)

@@ -36,7 +36,7 @@ from ..engine import (
     new_id,
 )
 from ..errors import MODEL_VISIBLE_KINDS, AdapterError
-from ._kit import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
+from ._kit import Attempt, Channel, Leave, Reply, decision_of
 
 __all__ = ["PydanticAIDriver", "ScriptedModel", "tool_call"]
 
@@ -115,12 +115,7 @@ class PydanticAIDriver:
         def decide(request: ApprovalRequest) -> Decision:
             nonlocal asked
             asked += 1
-            if isinstance(answer, Approve):
-                return Decision(approved=True, reviewer="kit")
-            if isinstance(answer, Edit):
-                return Decision(approved=True, reviewer="kit", edits=dict(answer.args))
-            reason = answer.reason if isinstance(answer, Deny) else "nobody answered"
-            return Decision(approved=False, reviewer="kit", reason=reason)
+            return decision_of(answer)
 
         port: ApprovalPort = (
             DeferredApproval(executor.ledger)
