@@ -165,7 +165,8 @@ async def _approve(pipe: Pipeline, run: _Run, call: Call) -> Call:
         )
     )
     if decision.edits is not None:
-        call = await _checks(pipe, run, call)
+        # (An edit is rare: its guards are joined here, as the plan joined them.)
+        call = await _checks(pipe, run, call, run.spec.guards + pipe.guards)
     return call
 
 

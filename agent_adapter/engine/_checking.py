@@ -51,8 +51,11 @@ def _blocked(pipe: Pipeline, run: _Run, stage: str, by: str, reason: str, kind: 
     )
 
 
-async def _checks(pipe: Pipeline, run: _Run, call: Call) -> Call:
-    """Steps 3-5: before_tool hooks, input guards, run limits."""
+async def _checks(
+    pipe: Pipeline, run: _Run, call: Call, guards: tuple[Callable[..., Any], ...]
+) -> Call:
+    """Steps 3-5: before_tool hooks, the input ``guards`` (the plan's: the spec's then the
+    executor's), run limits."""
     for hook, name in pipe.before:
         try:
             await _maybe_await(hook(call))
@@ -65,7 +68,6 @@ async def _checks(pipe: Pipeline, run: _Run, call: Call) -> Call:
             if error is not exc:
                 error.__cause__ = exc
             raise _Stop(_blocked(pipe, run, "hook", name, str(exc), error.kind), error) from None
-    guards = run.spec.guards + pipe.guards
     if guards:
         await _guard(pipe, run, call, "input", guards, (call,))
     if pipe.limits is not None:

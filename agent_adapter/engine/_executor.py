@@ -560,7 +560,7 @@ class Executor:
             # Steps 3-6 are awaited only when they have something to do for this spec
             # (no hook, guard, limit or confirm rule: nothing to run, nothing recorded).
             if plan.checks:
-                call = await _checks(pipe, run, call)
+                call = await _checks(pipe, run, call, plan.guards)
             if plan.confirm is not False:
                 call = await _approve(pipe, run, call)
             if plan.exposed:

@@ -142,7 +142,8 @@ def check_hooks(hooks: Any) -> tuple[Any, ...]:
         if not present:
             raise ToolUsageError(
                 f"hooks[{i}] ({_kind(hook)}) is not a hook: a hook is an object with any of "
-                "before_tool(call), after_tool(call, outcome), on_event(event); a function "
+                "before_tool(call), after_tool(call, outcome), on_event(event), "
+                "around_body(call, next); a function "
                 "that may stop a call is a guard (guards=[fn])"
             )
         for name in present:

@@ -208,8 +208,8 @@ class NoneHook:
         (
             [check_call],
             "hooks[0] (the function check_call) is not a hook: a hook is an object with any of "
-            "before_tool(call), after_tool(call, outcome), on_event(event); a function that "
-            "may stop a call is a guard (guards=[fn])",
+            "before_tool(call), after_tool(call, outcome), on_event(event), around_body(call, "
+            "next); a function that may stop a call is a guard (guards=[fn])",
         ),
         (
             [Recorder],
