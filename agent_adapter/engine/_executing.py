@@ -92,6 +92,53 @@ def _body(pipe: Pipeline, spec: ToolSpec, call: Call) -> Awaitable[Any]:
     return _in_thread(pipe, spec.fn, call)
 
 
+async def _around(pipe: Pipeline, run: _Run, call: Call) -> Any:
+    """The body inside the hooks' ``around_body`` chain: once, on its checked arguments,
+    with its own outcome.
+
+    A hook is handed the call; ``next()`` checks the arguments against their digest again
+    (a hook that changed them in place: ``call.failed``, the body never ran) and runs the
+    body on its own copy. ``next()`` runs the body once: a second call is a ToolUsageError
+    and no second run. The body's error (or that refusal) is the call's outcome even when
+    a hook caught it and returned a value; a chain that returned without calling
+    ``next()`` fails the call (ToolUsageError), and its effect key is ambiguous: what the
+    hook did instead is not known.
+    """
+    around = pipe.around
+    assert around is not None
+    spec = run.spec
+    ran = False
+    failures: list[BaseException] = []
+
+    async def body() -> Any:
+        nonlocal ran
+        if ran:
+            raise ToolUsageError(
+                f"an around_body hook called next() twice for {call.tool}; the body runs once"
+            )
+        ran = True
+        try:
+            return await _body(pipe, spec, _unchanged(pipe, run, call, fresh=True))
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    try:
+        result = await around(call, body)
+    except BaseException:
+        if failures:
+            raise failures[0]  # noqa: B904 (the body's own error, with its own cause)
+        raise
+    if failures:
+        raise failures[0]
+    if not ran:
+        raise ToolUsageError(
+            f"an around_body hook returned without calling next() for {call.tool}: the "
+            "body did not run through the executor"
+        )
+    return result
+
+
 async def _in_thread(pipe: Pipeline, fn: Callable[..., Any], call: Call) -> Any:
     """A sync body in a worker thread (which sees ``current_call()``).
 
@@ -378,7 +425,7 @@ async def _run_body(
         if plan.timeout is not None:
             return await _timed(pipe, run, call)
         if pipe.around is not None:
-            return await pipe.around(call, lambda: _body(pipe, run.spec, call))
+            return await _around(pipe, run, call)
         return await _body(pipe, run.spec, call)
     finally:
         if effect_key is not None:
@@ -467,7 +514,7 @@ async def _timed(pipe: Pipeline, run: _Run, call: Call) -> Any:
     cancelling = task.cancelling()
     try:
         if pipe.around is not None:
-            result = await pipe.around(call, lambda: _body(pipe, spec, call))
+            result = await _around(pipe, run, call)
         elif spec.is_async:
             result = await fn(**call.args)
         else:

@@ -453,3 +453,73 @@ async def test_around_body_hooks_wrap_the_body_first_hook_outermost() -> None:
     with pytest.raises(ToolFailed, match="zero"):
         await executor.call("echo", {"n": 0})
     assert seen == ["outer in echo", "inner in echo", "body", "inner out", "outer out"] * 2
+
+
+class _Mutating:
+    async def around_body(self, call: Any, next: Any) -> Any:
+        call.args["amount_cents"] = 999_999  # in place, after approval bound the digest
+        return await next()
+
+
+class _Twice:
+    async def around_body(self, call: Any, next: Any) -> Any:
+        await next()
+        return await next()
+
+
+class _Swallowing:
+    async def around_body(self, call: Any, next: Any) -> Any:
+        try:
+            return await next()
+        except Exception:
+            return "fine"
+
+
+class _Skipping:
+    async def around_body(self, call: Any, next: Any) -> Any:
+        return "did it myself"
+
+
+@pytest.mark.parametrize(
+    ("hook", "ran", "kind", "key"),
+    [
+        (_Mutating(), [], "tool-usage", "unknown"),  # released: no claim is held
+        (_Twice(), [("A1", 500)], "tool-usage", "ambiguous"),
+        (_Swallowing(), [("A1", 500)], "tool-failed", "ambiguous"),
+        (_Skipping(), [], "tool-usage", "ambiguous"),
+    ],
+    ids=["changes-arguments", "calls-next-twice", "swallows-the-error", "never-calls-next"],
+)
+async def test_an_around_body_hook_cannot_change_what_runs_or_what_is_recorded(
+    hook: Any, ran: list[Any], kind: str, key: str
+) -> None:
+    """An around_body hook is handed the call, but the body runs once, on the arguments
+    that were approved (checked against their digest at next()), and its own failure is
+    the outcome: changing the arguments fails the call before the body (its key freed);
+    a second next() is refused; a swallowed error, or a body never run through next(),
+    is recorded as a failure (the key ambiguous: what happened is not known), never as a
+    success under the approval."""
+    from agent_adapter import CallbackApproval
+
+    registry = Registry()
+    bodies: list[Any] = []
+
+    @registry.tool(confirm=True, effect="refund:{order_id}")
+    async def refund(order_id: str, amount_cents: int) -> str:
+        bodies.append((order_id, amount_cents))
+        if isinstance(hook, _Swallowing):
+            raise RuntimeError("the gateway timed out after charging")
+        return "ok"
+
+    ledger = MemoryLedger()
+    small = CallbackApproval(lambda request: request.args["amount_cents"] < 10_000)
+    executor = Executor(registry, ledger=ledger, approval=small, hooks=[hook])
+    with pytest.raises(AdapterError) as raised:
+        await executor.call("refund", {"order_id": "A1", "amount_cents": 500}, run_id="r")
+    events = await recorded(ledger)
+    assert (bodies, raised.value.kind, events[-1].type, executor.effect_status("refund:A1")) == (
+        ran,
+        kind,
+        "call.failed",
+        key,
+    )
