@@ -51,13 +51,16 @@ def _denial(prepared: Prepared, reviewer: str, reason: str) -> Decision:
     return Decision(approved=False, reviewer=reviewer, reason=reason, digest=prepared.digest)
 
 
-def decision_for(answer: Any, prepared: Prepared) -> Decision:
+def decision_for(answer: Any, prepared: Prepared, call_id: str) -> Decision:
     """The resume value as a ``Decision`` for the call shown; anything else denies.
 
     An answer is ``{"approved": bool, "reviewer": str, "reason": str, "edits": dict | None,
-    "digest": str}``. Fail closed: a value that is not such an answer, an answer for
-    another digest (other arguments than those shown), ``approved`` other than ``True``
-    or an edit the tool's schema refuses is a denial, recorded with the reason.
+    "digest": str, "call_id": str, "tool": str}`` (``review_interrupts`` builds it; by hand,
+    copy ``digest``, ``call_id`` and ``tool`` from the interrupt's value). Fail closed: a
+    value that is not such an answer, an answer for another call or tool (LangGraph matches
+    resume values to a task's interrupts by their position, so an answer can reach the
+    wrong call), for another digest (other arguments than those shown), ``approved`` other
+    than ``True`` or an edit the tool's schema refuses is a denial, recorded with the reason.
     """
     if not isinstance(answer, Mapping):
         reason = f"the resume value is not an approval answer ({type(answer).__name__})"
@@ -65,6 +68,14 @@ def decision_for(answer: Any, prepared: Prepared) -> Decision:
     given_reviewer, given_reason = answer.get("reviewer"), answer.get("reason")
     reviewer = given_reviewer if isinstance(given_reviewer, str) else ""
     reason = given_reason if isinstance(given_reason, str) else ""
+    for_call, for_tool = answer.get("call_id"), answer.get("tool")
+    if for_call != call_id or for_tool != prepared.tool:
+        return _denial(
+            prepared,
+            reviewer,
+            f"the answer was given for call {for_call!r} of tool {for_tool!r}, not for call "
+            f"{call_id!r} of {prepared.tool!r}",
+        )
     shown = answer.get("digest")
     if shown != prepared.digest:
         return _denial(
@@ -86,14 +97,17 @@ def decision_for(answer: Any, prepared: Prepared) -> Decision:
     )
 
 
-def answer_of(decision: Decision, digest: str) -> dict[str, Any]:
-    """A port's decision as the resume value the tool reads (bound to ``digest``)."""
+def answer_of(decision: Decision, digest: str, call_id: str, tool: str) -> dict[str, Any]:
+    """A port's decision as the resume value the tool reads: bound to ``digest`` and to the
+    call and tool it was asked about."""
     return {
         "approved": decision.approved,
         "reviewer": decision.reviewer,
         "reason": decision.reason,
         "edits": decision.edits,
         "digest": digest,
+        "call_id": call_id,
+        "tool": tool,
     }
 
 
@@ -169,5 +183,5 @@ async def review_interrupts(
         if decision is None:
             pending.append(held)
             continue
-        resume[item.id] = answer_of(decision, request.digest)
+        resume[item.id] = answer_of(decision, request.digest, request.call_id, request.tool)
     return Review(resume=resume, pending=tuple(pending))

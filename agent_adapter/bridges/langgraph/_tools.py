@@ -72,7 +72,7 @@ def _body(spec: ToolSpec, executor: Executor, call_ids: CallIds) -> Any:
                 one_call_per_task(config, runtime.state, tool_call_id)
                 # Raises GraphInterrupt the first time; on resume returns the answer.
                 answer = interrupt(interrupt_value(name, prepared, run_id, call_id))
-                decision = decision_for(answer, prepared)
+                decision = decision_for(answer, prepared, call_id)
         ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=metadata)
         try:
             value = await run_spec(spec, args, ctx)

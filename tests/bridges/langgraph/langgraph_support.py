@@ -86,5 +86,8 @@ async def types(executor: Executor) -> list[tuple[str, str]]:
 
 
 def answer(interrupt: Any, *, approved: bool = True, **more: Any) -> dict[str, Any]:
-    """The resume value for one of the bridge's interrupts (bound to the digest shown)."""
-    return {"approved": approved, "reviewer": "alice", "digest": interrupt.value["digest"], **more}
+    """The resume value for one of the bridge's interrupts (bound to the digest, the call
+    and the tool shown)."""
+    shown = interrupt.value
+    bound = {"digest": shown["digest"], "call_id": shown["call_id"], "tool": shown["tool"]}
+    return {"approved": approved, "reviewer": "alice", **bound, **more}

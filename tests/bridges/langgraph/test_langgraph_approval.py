@@ -182,6 +182,8 @@ async def test_review_interrupts_asks_the_port_and_builds_the_resume_map() -> No
                     "reason": "",
                     "edits": None,
                     "digest": digest(REFUND),
+                    "call_id": "c1",
+                    "tool": "refund",
                 }
             }
         )
@@ -224,6 +226,8 @@ async def test_review_interrupts_leaves_others_alone_and_keeps_threads_apart() -
                 "reason": "approval port failed: RuntimeError: the inbox is down",
                 "edits": None,
                 "digest": "d1",
+                "call_id": "c1",
+                "tool": "refund",
             }
         }
     )

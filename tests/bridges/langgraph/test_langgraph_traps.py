@@ -13,9 +13,10 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, Send
 from langgraph_support import REFUND, Support, agent, answer, ask, calls, thread, types
 
-from agent_adapter import Executor
+from agent_adapter import Executor, Registry
 from agent_adapter.errors import DuplicateEffect, ToolUsageError
 from agent_adapter.integrations.langgraph import (
+    NAME,
     InvalidToolCallsMiddleware,
     langgraph_tools,
 )
@@ -254,4 +255,53 @@ async def test_answer_invalid_tool_calls_in_a_graph_of_ones_own() -> None:
         [("c1", "error", True), ("c9", "error", True)],
         True,
         [("call.requested", "c1"), ("call.invalid", "c1"), ("call.replayed", "c1")],
+    )
+
+
+async def test_a_send_of_the_whole_message_cannot_move_an_answer_to_another_call() -> None:
+    """A router that Sends the whole message to the tools node runs both calls in one push
+    task, past the one-call-per-task check. Once the first call ran, the resume pass skips
+    its interrupt and LangGraph hands the second call the answer given for the first (by
+    position). An answer names its call and tool, so that answer is refused: the second
+    refund, which the reviewer denied, never runs (before the fix it ran under the first
+    call's approval)."""
+    registry, ran = Registry(), []
+
+    @registry.tool(confirm=True, targets=[NAME])
+    async def refund(order_id: str, amount_cents: int) -> str:
+        ran.append((order_id, amount_cents))
+        return "refunded"
+
+    executor = Executor(registry, ledger=MemoryLedger())
+    message = AIMessage(
+        content="",
+        id="m1",
+        tool_calls=[
+            {"name": "refund", "args": REFUND, "id": "c1", "type": "tool_call"},
+            {"name": "refund", "args": REFUND, "id": "c2", "type": "tool_call"},
+        ],
+    )
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [message]})
+    graph.add_node("tools", ToolNode(langgraph_tools(registry, executor=executor)))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges(
+        "model", lambda state: [Send("tools", {"messages": state["messages"]})], ["tools"]
+    )
+    graph.add_edge("tools", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = thread("t1")
+    (first,) = (await app.ainvoke({"messages": []}, config))["__interrupt__"]
+    after = await app.ainvoke(Command(resume={first.id: answer(first)}), config)
+    (second,) = after["__interrupt__"]
+    await app.ainvoke(Command(resume={second.id: answer(second, approved=False)}), config)
+    outcomes = [
+        (e.type, e.call_id)
+        async for e in executor.ledger.read()
+        if e.type in ("call.succeeded", "call.denied")
+    ]
+    assert (first.value["call_id"], ran, outcomes) == (
+        "c1",
+        [("A1", 500)],
+        [("call.succeeded", "c1"), ("call.denied", "c2")],
     )
