@@ -475,14 +475,29 @@ class Executor:
         """
         if not self._started:
             await self._ensure_started()
-        state = self._pipe.state
+        pipe = self._pipe
+        if pipe.catch_up is not None:
+            # A ledger other processes write: what they recorded since this executor last
+            # heard (a call finished elsewhere, a key committed) is folded first, so that
+            # a reviewer is not asked about a call already on record (a bridge's pause:
+            # one read, not a per-call cost).
+            await pipe.catch_up()
+        state = pipe.state
         while ctx.run_id in state.cold:  # (as run_spec: a cold run's history comes back)
             await self._recall(ctx.run_id)
             state = self._pipe.state
         key = (ctx.run_id, ctx.call_id)
         # What step 0 asks: such a call is answered from the ledger, never run again.
         recorded = key in state.outcomes or key in state.inflight
-        return await prepare(spec, args, ctx, state.effects, recorded=recorded)
+        return await prepare(
+            spec,
+            args,
+            ctx,
+            state.effects,
+            recorded=recorded,
+            now=pipe.clock(),
+            margin_s=pipe.skew_margin_s,
+        )
 
     async def run_spec(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
         """Run one call of ``spec`` with ``args`` (a dict, or JSON text from a model).

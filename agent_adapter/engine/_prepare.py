@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ToolArgsInvalid
+from ..ledger import IN_FLIGHT
 from ._approval import effect_notice
 from ._context import Call, CallContext
 from ._redaction import redacted, restored
@@ -153,12 +154,14 @@ async def prepare(
     effects: Mapping[str, Any],
     *,
     recorded: bool = False,
+    now: float = 0.0,
+    margin_s: float = 0.0,
 ) -> Prepared:
     """Validate and digest ``args`` for ``spec``, ask the confirm rule, read the key's state.
 
-    ``effects`` is the executor's effect-key state (``EffectState`` by key); ``recorded``
-    whether the executor has this (run, call) on record already. Records nothing and runs
-    no hook, guard or body.
+    ``effects`` is the executor's effect-key state (``EffectState`` by key), read as at
+    ``now`` (with the executor's clock skew margin); ``recorded`` whether the executor has
+    this (run, call) on record already. Records nothing and runs no hook, guard or body.
     """
     try:
         validated, call_digest = _validated(spec, args)
@@ -171,9 +174,15 @@ async def prepare(
     if key is not None and not isinstance(key, str):
         key = None
     notice = ""
+    status: str | None = None
     held = effects.get(key) if key is not None else None
     if held is not None:
-        notice = effect_notice(key, held.status, held.run_id, held.call_id) or ""
+        # As a reader at ``now`` sees it: a claim whose lease ran out is ambiguous (its
+        # holder died), a live one still held ("claimed", whatever its lease).
+        status = held.status_at(now, margin_s) if now else held.status
+        if status == IN_FLIGHT:
+            status = "claimed"
+        notice = effect_notice(key, status, held.run_id, held.call_id) or ""
     call = Call(
         tool=spec.name, spec=spec, args=validated, digest=call_digest, ctx=ctx, effect_key=key
     )
@@ -184,7 +193,7 @@ async def prepare(
         needs_approval=await approval_needed(spec, call, ctx),
         effect_key=key,
         effect_notice=notice,
-        effect_state=None if held is None else held.status,
+        effect_state=status,
         effect_by_run_id="" if held is None else held.run_id,
         effect_by_call_id="" if held is None else held.call_id,
         recorded=recorded,

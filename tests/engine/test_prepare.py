@@ -154,3 +154,29 @@ async def test_ask_port_answers_as_step_6_would(answer: Any, expected: Any) -> N
     """A bool is a Decision; None or ApprovalPending holds the request open (under the id
     the port holds); a port that raises denies, naming the error (fail closed)."""
     assert await ask_port(_Port(answer), _request()) == expected
+
+
+async def test_prepare_hears_what_another_writer_recorded(tmp_path: Any) -> None:
+    """Two executors on one SQLite file (two processes' ledgers): a call one of them
+    finished reads as on record in the other's prepare, with its key committed, though the
+    other made no append since (it catches up first)."""
+    from agent_adapter.ledger import SQLiteLedger
+
+    registry = _registry()
+    spec = registry.get("refund")
+    path = tmp_path / "shared.db"
+    approve = CallbackApproval(lambda request: True)
+    async with (
+        Executor(registry, ledger=SQLiteLedger(path), approval=approve) as first,
+        Executor(registry, ledger=SQLiteLedger(path), approval=approve) as second,
+    ):
+        ctx = CallContext(run_id="r1", call_id="c1")
+        await first.run_spec(spec, REFUND, ctx)
+        same = await second.prepare(spec, REFUND, ctx)
+        other = await second.prepare(spec, REFUND, CallContext(run_id="r1", call_id="c2"))
+    assert (same.recorded, other.recorded, other.effect_state, other.effect_by_call_id) == (
+        True,
+        False,
+        "committed",
+        "c1",
+    )
