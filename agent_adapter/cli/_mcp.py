@@ -192,8 +192,11 @@ def _reason(exc: BaseException) -> str:
 async def _serve_stdio(server: Any) -> None:
     from mcp.server.stdio import stdio_server
 
+    from ..bridges.mcp import answering
+
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        # The SDK drops a line it cannot parse without a word: answered here instead.
+        await server.run(answering(read, write), write, server.create_initialization_options())
 
 
 async def _serve_http(server: Any, host: str, port: int) -> None:
