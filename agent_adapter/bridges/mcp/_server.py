@@ -45,6 +45,7 @@ from ._approval import (
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
 from ._results import refusal, success
+from ._wire import arguments_text
 
 __all__ = ["drain", "exported_tools", "mcp_server"]
 
@@ -238,7 +239,9 @@ class _Gateway:
         try:
             # As the JSON text the client sent: a string is not an object either (given as
             # a str, run_spec would parse it as JSON arguments).
-            value = await self.executor.run_spec(spec, _text_of(args), call_ctx)
+            # (Arguments the HTTP transport could not read come as the text sent, marked.)
+            raw = args if isinstance(args, str) and arguments_text(meta) else _text_of(args)
+            value = await self.executor.run_spec(spec, raw, call_ctx)
         except AdapterError as exc:
             return refusal(exc)
         return success(value)  # (a replayed pinned call: the recorded value)

@@ -14,6 +14,7 @@ model's invalid arguments as ``call.invalid`` like any other.
 from __future__ import annotations
 
 import json
+import secrets
 from types import TracebackType
 from typing import Any
 
@@ -21,7 +22,7 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["answering"]
+__all__ = ["answering", "answering_http", "arguments_text"]
 
 #: Deeper than this outside ``arguments`` is refused (the SDK's own parser stops near 200).
 _MAX_ENVELOPE_DEPTH = 64
@@ -191,3 +192,114 @@ def _fault(value: Any, depth: int) -> str | None:
             if found:
                 return found
     return None
+
+
+#: Marks, in ``_meta``, arguments that ``answering_http`` rewrote as the JSON text the
+#: client sent. Random per process: a client cannot set it, so arguments given as a
+#: string by a client are still "not an object".
+_TEXT_MARK = secrets.token_hex(16)
+_TEXT_KEY = "io.agent-adapter/arguments-text"
+_MAX_BODY = 4 * 1024 * 1024
+
+
+def arguments_text(meta: Any) -> bool:
+    """Whether a ``tools/call``'s ``_meta`` says its arguments are the client's JSON text."""
+    return isinstance(meta, dict) and meta.get(_TEXT_KEY) == _TEXT_MARK
+
+
+def answering_http(app: Any, *, path: str = "/mcp") -> Any:
+    """An ASGI app: ``app`` (``Server.streamable_http_app()``), with unreadable bodies answered.
+
+    The SDK's HTTP transport answers them itself, but as -32602 with id null, and as a
+    parse error for JSON its parser refuses (a lone surrogate's escape, nesting past
+    ~200) though JSON allows it. A POST to ``path`` whose body the SDK cannot read is
+    answered as over stdio (``answering``): -32700 (id null), -32600 with the request's
+    id, or, for a ``tools/call`` at fault only in its ``arguments``, the request with its
+    arguments as the JSON text sent, for the gateway to record as ``call.invalid``.
+    """
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or scope.get("path") != path
+        ):
+            await app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more and size <= _MAX_BODY:
+            message = await receive()
+            if message["type"] != "http.request":
+                await app(scope, _replay([], message, receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = bool(message.get("more_body"))
+        if more:  # too large to judge here: the SDK's own size limit answers it
+            await app(scope, _replay(chunks, None, receive, more=True), send)
+            return
+        body = b"".join(chunks)
+        verdict = _judge_body(body)
+        if verdict is None:
+            await app(scope, _replay([body], None, receive), send)
+        elif isinstance(verdict, bytes):
+            await app(scope, _replay([verdict], None, receive), send)
+        else:
+            payload = verdict.model_dump_json(by_alias=True, exclude_unset=True).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(payload)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+
+    return guarded
+
+
+def _replay(chunks: list[bytes], first: Any, receive: Any, *, more: bool = False) -> Any:
+    pending: list[Any] = [
+        {"type": "http.request", "body": chunk, "more_body": more or i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
+    if first is not None:
+        pending.append(first)
+
+    async def replayed() -> Any:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+def _judge_body(body: bytes) -> types.JSONRPCError | bytes | None:
+    """None: the SDK reads ``body``; an error to answer; or the body to serve instead."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(body, by_name=False)
+    except ValidationError:
+        pass
+    else:
+        return None
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return _error(None, types.PARSE_ERROR, "Parse error: not JSON text")
+    verdict = _judge(obj)
+    if isinstance(verdict, types.JSONRPCError):
+        return verdict
+    # A tools/call at fault only in its arguments: served with them as the JSON text
+    # sent (ASCII escapes: nothing the SDK's parser refuses), marked for the gateway.
+    params = dict(obj["params"])
+    meta = params.get("_meta")
+    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), _TEXT_KEY: _TEXT_MARK}
+    try:
+        params["arguments"] = json.dumps(params["arguments"], ensure_ascii=True)
+    except (ValueError, RecursionError):
+        return _error(obj.get("id"), types.INVALID_REQUEST, "Invalid Request: arguments")
+    return json.dumps({**obj, "params": params}, ensure_ascii=True).encode()

@@ -7,6 +7,7 @@ server): every request gets its JSON-RPC answer within a deadline, never silence
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import subprocess
@@ -191,6 +192,146 @@ async def test_stdio_arguments_with_a_lone_surrogate_are_recorded_invalid(
         "c-object": ["call.requested", "call.invalid"],
         "c-list": ["call.requested", "call.invalid"],
         "c-deep": ["call.requested", "call.invalid"],
+    }
+    assert "Traceback" not in stderr.decode()
+    assert not log.exists()
+
+
+async def start_http(db: Path, log: Path) -> tuple[asyncio.subprocess.Process, int]:
+    """`mcp serve --http 127.0.0.1:0` and the port it announces on stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "mcp",
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--db",
+        str(db),
+        "--tools",
+        "_mcp_tools:registry",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(log),
+        cwd=HERE,
+    )
+    assert proc.stderr is not None
+    async with asyncio.timeout(60):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            if not line:
+                raise AssertionError("mcp serve exited before serving")
+            if "serving MCP on " in line:
+                url = line.split("serving MCP on ", 1)[1].strip()
+                return proc, int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def post(port: int, body: str, headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+    """One raw POST to /mcp; the JSON-RPC message answered (from JSON or from SSE)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REPLY_S)
+    try:
+        connection.request(
+            "POST",
+            "/mcp",
+            body=body.encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                **headers,
+            },
+        )
+        response = connection.getresponse()
+        text = response.read().decode()
+        found = dict(response.getheaders())
+    finally:
+        connection.close()
+    if not text:
+        return response.status, {k.lower(): v for k, v in found.items()}, None
+    if "text/event-stream" in found.get("content-type", ""):
+        data = [line[5:] for line in text.splitlines() if line.startswith("data:")]
+        text = next(d for d in data if d.strip())
+    return response.status, {k.lower(): v for k, v in found.items()}, json.loads(text)
+
+
+MODERN_META = (
+    '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    '"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"},'
+    '"io.modelcontextprotocol/clientCapabilities":{},'
+    '"io.agent-adapter/call-id":"%s"}'
+)
+
+
+async def test_http_answers_every_body_the_sdk_cannot_read(tmp_path: Path) -> None:
+    """Over streamable HTTP the same bodies get the same answers (a 400 with -32700 or
+    -32600 and the request's id), and a tools/call whose arguments hold a lone surrogate
+    is recorded as call.invalid, on the handshake era and on 2026-07-28 alike."""
+    db, log = tmp_path / "ledger.db", tmp_path / "ran.log"
+    proc, port = await start_http(db, log)
+    try:
+        hello = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
+        _, headers, _ = await asyncio.to_thread(post, port, hello, {})
+        session = {
+            "mcp-session-id": headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        await asyncio.to_thread(
+            post, port, '{"jsonrpc":"2.0","method":"notifications/initialized"}', session
+        )
+        answers = [
+            (status, *error_of(answer))
+            for status, _, answer in [
+                await asyncio.to_thread(post, port, line, session) for line, _, _ in UNREADABLE
+            ]
+        ]
+        legacy = [
+            kind_of((await asyncio.to_thread(post, port, line, session))[2])
+            for line in [
+                call(1, '{"order_id":"\\ud800"}').replace(
+                    '"params":{', '"params":{"_meta":{"io.agent-adapter/call-id":"h-obj"},'
+                ),
+                call(2, "[" + DEEP + "]").replace(
+                    '"params":{', '"params":{"_meta":{"io.agent-adapter/call-id":"h-deep"},'
+                ),
+            ]
+        ]
+        modern = kind_of(
+            (
+                await asyncio.to_thread(
+                    post,
+                    port,
+                    call(3, '{"order_id":"\\ud800"}').replace(
+                        '"params":{', '"params":{' + MODERN_META % "h-modern" + ","
+                    ),
+                    {
+                        "mcp-protocol-version": "2026-07-28",
+                        "mcp-method": "tools/call",
+                        "mcp-name": "lookup",
+                    },
+                )
+            )[2]
+        )
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(30):
+            _, stderr = await proc.communicate()
+    assert answers == [(400, rid, code) for _, rid, code in UNREADABLE]
+    assert legacy == [(1, True, "tool-args-invalid"), (2, True, "tool-args-invalid")]
+    assert modern == (3, True, "tool-args-invalid")
+    assert await ledger_calls(db) == {
+        "h-obj": ["call.requested", "call.invalid"],
+        "h-deep": ["call.requested", "call.invalid"],
+        "h-modern": ["call.requested", "call.invalid"],
     }
     assert "Traceback" not in stderr.decode()
     assert not log.exists()
