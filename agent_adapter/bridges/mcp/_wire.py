@@ -231,7 +231,8 @@ def answering_http(app: Any, *, path: str = "/mcp") -> Any:
         while more and size <= _MAX_BODY:
             message = await receive()
             if message["type"] != "http.request":
-                await app(scope, _replay([], message, receive), send)
+                # (A disconnect mid-body: the SDK sees what came, then the disconnect.)
+                await app(scope, _replay(chunks, message, receive, more=True), send)
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
