@@ -131,8 +131,18 @@ def _judge(obj: Any) -> types.JSONRPCError | SessionMessage:
         return _error(None, types.INVALID_REQUEST, f"Invalid Request: not an object ({what})")
     # Only a request's id is answered: an error carrying the id of a malformed response
     # would read, to the client, as the answer to its own request of that id.
-    rid = obj.get("id") if "method" in obj else None
+    rid = obj.get("id")
     if not (isinstance(rid, str | int) and not isinstance(rid, bool)) or _fault(rid, 0):
+        rid = None
+    if "method" not in obj:
+        if rid is not None and ("result" in obj or "error" in obj):
+            # The client's answer to a request of ours (an elicitation) that cannot be
+            # read: an error for that request, so the call waiting on it ends (an
+            # approval that cannot be read is no approval) instead of waiting forever.
+            problem = _fault(obj, 0) or "not a valid JSON-RPC response"
+            return SessionMessage(
+                _error(rid, types.INVALID_REQUEST, f"the client's answer: {problem}")
+            )
         rid = None
     params = obj.get("params")
     if (
@@ -294,6 +304,8 @@ def _judge_body(body: bytes) -> types.JSONRPCError | bytes | None:
     verdict = _judge(obj)
     if isinstance(verdict, types.JSONRPCError):
         return verdict
+    if isinstance(verdict.message, types.JSONRPCError):  # (an unreadable answer of the client's)
+        return verdict.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
     # A tools/call at fault only in its arguments: served with them as the JSON text
     # sent (ASCII escapes: nothing the SDK's parser refuses), marked for the gateway.
     params = dict(obj["params"])

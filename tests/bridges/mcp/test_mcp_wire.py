@@ -70,7 +70,7 @@ class Stdio:
         await self.proc.stdin.drain()
 
 
-async def start_stdio(db: Path, log: Path) -> Stdio:
+async def start_stdio(db: Path, log: Path, capabilities: dict[str, Any] | None = None) -> Stdio:
     proc = await asyncio.create_subprocess_exec(
         *CLI,
         "mcp",
@@ -97,7 +97,7 @@ async def start_stdio(db: Path, log: Path) -> Stdio:
                 "method": "initialize",
                 "params": {
                     "protocolVersion": "2025-11-25",
-                    "capabilities": {},
+                    "capabilities": capabilities or {},
                     "clientInfo": {"name": "raw", "version": "0"},
                 },
             }
@@ -333,5 +333,36 @@ async def test_http_answers_every_body_the_sdk_cannot_read(tmp_path: Path) -> No
         "h-deep": ["call.requested", "call.invalid"],
         "h-modern": ["call.requested", "call.invalid"],
     }
+    assert "Traceback" not in stderr.decode()
+    assert not log.exists()
+
+
+async def test_stdio_an_unreadable_elicitation_answer_ends_the_call_denied(
+    tmp_path: Path,
+) -> None:
+    """The client's answer to the gateway's elicitation holds a lone surrogate: the call
+    waiting on it is answered (approval-denied, recorded) within the deadline, and the
+    tool never runs."""
+    db, log = tmp_path / "ledger.db", tmp_path / "ran.log"
+    client = await start_stdio(db, log, {"elicitation": {"form": {}}})
+    try:
+        asked = await client.ask(
+            call(1, '{"order_id":"A1","amount_cents":5}', name="refund").replace(
+                '"params":{', '"params":{"_meta":{"io.agent-adapter/call-id":"c-ask"},'
+            )
+        )
+        assert asked["method"] == "elicitation/create"
+        answered = await client.ask(
+            f'{{"jsonrpc":"2.0","id":{json.dumps(asked["id"])},"result":{{"action":"accept",'
+            '"content":{"approve":true,"reason":"\\ud800"}}}'
+        )
+    finally:
+        assert client.proc.stdin is not None
+        client.proc.stdin.close()
+        async with asyncio.timeout(30):
+            _, stderr = await client.proc.communicate()
+    assert kind_of(answered) == (1, True, "approval-denied")
+    calls = await ledger_calls(db)
+    assert calls["c-ask"][-1] == "call.denied"
     assert "Traceback" not in stderr.decode()
     assert not log.exists()
