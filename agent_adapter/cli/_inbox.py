@@ -171,6 +171,16 @@ def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"not valid JSON: {exc}"
     if not isinstance(value, dict):
         return None, "the arguments must be a JSON object ({...})"
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate's escape (\ud800) parses, but is not text: no page can show
+        # it for confirmation and no ledger can store it.
+        return (
+            None,
+            "the arguments hold a lone surrogate (a \\uD800-\\uDFFF escape without its "
+            "pair), which is not text",
+        )
     problem = json_problem(value, MAX_ARGS_DEPTH)
     if problem is not None:
         return None, f"the arguments must not {problem}"
@@ -531,9 +541,36 @@ def _reviewer_cookie(request: Request) -> str:
     return unquote(request.cookies.get("reviewer", ""))[:200]
 
 
-def inbox_app(inbox: Inbox) -> Any:
-    """The Starlette application of the inbox (every route behind the bearer token)."""
+def served_hosts(host: str, port: int, asked: str | None = None) -> frozenset[str] | None:
+    """The ``Host`` headers that name the server bound at ``host``:``port``.
+
+    None (every Host) for a wildcard address, which any of the machine's names reaches;
+    the bearer token still guards it. A loopback server answers only to loopback names:
+    a page of another site whose name resolves to 127.0.0.1 (DNS rebinding) sends its
+    own name and is refused.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None and address.is_unspecified:
+        return None
+    names = {f"[{host}]" if ":" in host else host}
+    if asked:
+        names.add(f"[{asked}]" if ":" in asked else asked)
+    if _loopback(host):
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(f"{name.lower()}:{port}" for name in names)
+
+
+def inbox_app(inbox: Inbox, *, hosts: frozenset[str] | None = None) -> Any:
+    """The Starlette application of the inbox (every route behind the bearer token).
+
+    ``hosts``: the ``Host`` headers that name this server (``served_hosts``); any other
+    is a 421 before anything else is read (None: every Host).
+    """
     from starlette.applications import Starlette
+    from starlette.requests import ClientDisconnect
     from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
     from starlette.routing import Route
 
@@ -552,6 +589,9 @@ def inbox_app(inbox: Inbox) -> Any:
         handler: Callable[[Request], Any],
     ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
+            if hosts is not None and request.headers.get("host", "").lower() not in hosts:
+                # The Origin check below compares with Host: a forged Host would pass it.
+                return refused(421, "421 misdirected request: this server has another name")
             if request.method == "GET" and "token" in request.query_params:
                 if not inbox.authorized(request.query_params["token"]):
                     return refused(401, "401 unauthorized: wrong token")
@@ -596,8 +636,12 @@ def inbox_app(inbox: Inbox) -> Any:
     async def answer(request: Request) -> Response:
         origin = request.headers.get("origin")
         own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        async with request.form(max_files=0, max_fields=20, max_part_size=1_048_576) as form:
-            data = {k: v for k, v in form.items() if isinstance(v, str)}
+        try:
+            async with request.form(max_files=0, max_fields=20, max_part_size=1_048_576) as form:
+                data = {k: v for k, v in form.items() if isinstance(v, str)}
+        except ClientDisconnect:
+            # The reviewer's browser left mid-form: nothing to decide, nobody to answer.
+            return refused(400, "400 bad request: the form did not arrive; nothing was recorded")
         csrf = data.get("csrf", "")
         if (origin is not None and origin != own) or not hmac.compare_digest(
             csrf.encode("utf-8"), inbox.csrf.encode("utf-8")
@@ -708,6 +752,7 @@ async def cmd_approvals_serve(args: argparse.Namespace, out: IO[str]) -> int:
         sock = _listen(args.host, args.port)
         try:
             host, port = sock.getsockname()[:2]
+            hosts = served_hosts(str(host), int(port), args.host)
             shown = f"[{host}]" if ":" in host else host
             url = f"http://{shown}:{port}/"
 
@@ -718,7 +763,7 @@ async def cmd_approvals_serve(args: argparse.Namespace, out: IO[str]) -> int:
                     yield
 
             config = uvicorn.Config(
-                inbox_app(inbox), log_level="warning", access_log=False, lifespan="off"
+                inbox_app(inbox, hosts=hosts), log_level="warning", access_log=False, lifespan="off"
             )
             server = _Server(config)
 

@@ -460,7 +460,7 @@ def _approvals_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     )
     serve.add_argument(
         "--port",
-        type=int,
+        type=_port,
         default=8765,
         help="the port to listen on, 0 for any free one (default: %(default)s)",
     )
@@ -646,6 +646,18 @@ def _check_text(args: argparse.Namespace) -> None:
 _POSITIONAL = frozenset({"request_id", "key"})
 # Paths only Python opens (any bytes the file system takes are fine).
 _READ_BY_PYTHON = frozenset({"key_file", "token_file", "policy"})
+
+
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 to 65535 (0: any free one), else a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        # The socket layer would take it modulo 65536 and serve somewhere else silently.
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 0 to 65535 (0: any free one)")
+    return port
 
 
 def _error(message: str) -> int:

@@ -192,8 +192,11 @@ def _reason(exc: BaseException) -> str:
 async def _serve_stdio(server: Any) -> None:
     from mcp.server.stdio import stdio_server
 
+    from ..bridges.mcp import answering
+
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        # The SDK drops a line it cannot parse without a word: answered here instead.
+        await server.run(answering(read, write), write, server.create_initialization_options())
 
 
 async def _serve_http(server: Any, host: str, port: int) -> None:
@@ -212,7 +215,11 @@ async def _serve_http(server: Any, host: str, port: int) -> None:
     sock.listen(128)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    app = server.streamable_http_app(host=host)
+    from ..bridges.mcp import answering_http
+
+    # The SDK answers a body it cannot read as -32602 with id null: answered as the spec
+    # says instead (and invalid arguments reach the gateway, to be recorded).
+    app = answering_http(server.streamable_http_app(host=host))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     _say(f"serving MCP on http://{shown}:{bound}/mcp")
     try:

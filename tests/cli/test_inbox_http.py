@@ -271,3 +271,121 @@ def test_the_page_names_a_database_url_without_its_password() -> None:
         _label("postgresql://bob:s3cret@db:5432/ledgers?schema=refunds"),
         _label("postgresql://db/ledgers"),
     ] == ["ledger.db", "postgresql://bob@db:5432/ledgers", "postgresql://db/ledgers"]
+
+
+async def test_a_client_that_leaves_mid_form_is_quietly_dropped(tmp_path: Path) -> None:
+    """A POST whose client closes the connection before its body is complete records
+    nothing and prints nothing (the server's stderr stays empty; `serving` checks it),
+    and the server answers the next request."""
+    import socket
+
+    db = tmp_path / "ledger.db"
+    request_id = await pending_request(db)
+    tokens, token = token_file(tmp_path)
+    with serving(db, tokens) as url:
+        parts = urllib.parse.urlsplit(url)
+        head = (
+            f"POST /requests/{request_id} HTTP/1.1\r\n"
+            f"Host: {parts.netloc}\r\n"
+            f"Authorization: Bearer {token}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            "Content-Length: 4000\r\n\r\n"
+            "action=approve&reviewer=al"
+        )
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(head.encode())
+        after = request(url, "GET", "/", headers={"Authorization": "Bearer " + token})
+        recorded = answers(await events(db))
+    assert (after[0], request_id in after[2]) == (200, True)
+    assert recorded == []
+
+
+async def test_an_edit_holding_a_lone_surrogate_is_refused_next_to_the_field(
+    tmp_path: Path,
+) -> None:
+    """An Approve whose edited arguments hold a lone surrogate's escape (not yet
+    confirmed, and confirmed) is a 422 page naming the problem at the field, never a
+    500; nothing is recorded."""
+    db = tmp_path / "ledger.db"
+    request_id = await pending_request(db)
+    tokens, token = token_file(tmp_path)
+    auth = {"Authorization": "Bearer " + token}
+    edit = '{"order_id": "\\ud800", "amount_cents": 2000, "card": "[redacted]"}'
+    with serving(db, tokens) as url:
+        csrf = csrf_of(request(url, "GET", "/", headers=auth)[2])
+        tries = [
+            request(
+                url,
+                "POST",
+                f"/requests/{request_id}",
+                headers=auth,
+                form={"csrf": csrf, "action": "approve", "reviewer": "al", "args": edit, **extra},
+            )
+            for extra in ({}, {"confirmed": "1"})
+        ]
+        recorded = answers(await events(db))
+    assert [status for status, _, _ in tries] == [422, 422]
+    for _, _, body in tries:
+        assert re.search(
+            r'<p class="field-error" data-field="args" role="alert">the arguments hold a lone '
+            r"surrogate",
+            body,
+        )
+    assert recorded == []
+
+
+async def test_a_forged_host_is_misdirected_even_with_a_matching_origin(tmp_path: Path) -> None:
+    """DNS rebinding: a page of another site whose name resolves to 127.0.0.1 sends its
+    own name as Host and as Origin; the server answers only to the names it is served
+    at (421 otherwise, nothing recorded), and `localhost` still works."""
+    db = tmp_path / "ledger.db"
+    request_id = await pending_request(db)
+    tokens, token = token_file(tmp_path)
+    auth = {"Authorization": "Bearer " + token}
+    with serving(db, tokens) as url:
+        port = urllib.parse.urlsplit(url).port
+        csrf = csrf_of(request(url, "GET", "/", headers=auth)[2])
+        evil = f"evil.example:{port}"
+        forged = [
+            request(url, "GET", "/", headers={**auth, "Host": evil}),
+            request(
+                url,
+                "POST",
+                f"/requests/{request_id}",
+                headers={**auth, "Host": evil, "Origin": f"http://{evil}"},
+                form={"csrf": csrf, "action": "approve", "reviewer": "mallory"},
+            ),
+            request(url, "GET", "/", headers={**auth, "Host": f"127.0.0.1:{port}1"}),
+        ]
+        named = request(url, "GET", "/", headers={**auth, "Host": f"localhost:{port}"})
+        recorded = answers(await events(db))
+    assert [(status, request_id in body) for status, _, body in forged] == [(421, False)] * 3
+    assert (named[0], request_id in named[2]) == (200, True)
+    assert recorded == []
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1"])
+def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path, port: str) -> None:
+    """`approvals serve --port 99999` on a real ledger is refused in one line, exit 2 like
+    any usage error, before anything listens (the socket layer would serve on
+    99999 - 65536; a server that does times out here)."""
+    import asyncio
+    import subprocess
+    import sys
+
+    db = tmp_path / "ledger.db"
+    asyncio.run(pending_request(db))
+    argv = ["approvals", "serve", "--db", str(db), "--port", port]
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_adapter.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1] == (
+        "agent-adapter approvals serve: error: argument --port: "
+        f"{port} is not a port: give 0 to 65535 (0: any free one)"
+    )
+    assert "Traceback" not in done.stderr

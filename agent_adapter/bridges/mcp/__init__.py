@@ -12,6 +12,7 @@ from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_KIND, META_RUN_ID, NAME
 from ._policy import ToolPolicy, load_policy, parse_policy
 from ._proxy import UpstreamError, proxy
 from ._server import drain, exported_tools, mcp_server
+from ._wire import answering, answering_http
 
 __all__ = [
     "APPROVAL_SCHEMA",
@@ -21,6 +22,8 @@ __all__ = [
     "NAME",
     "ToolPolicy",
     "UpstreamError",
+    "answering",
+    "answering_http",
     "drain",
     "exported_tools",
     "load_policy",

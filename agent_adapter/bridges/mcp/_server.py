@@ -45,6 +45,7 @@ from ._approval import (
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
 from ._results import refusal, success
+from ._wire import arguments_text
 
 __all__ = ["drain", "exported_tools", "mcp_server"]
 
@@ -238,7 +239,9 @@ class _Gateway:
         try:
             # As the JSON text the client sent: a string is not an object either (given as
             # a str, run_spec would parse it as JSON arguments).
-            value = await self.executor.run_spec(spec, _encode(args), call_ctx)
+            # (Arguments the HTTP transport could not read come as the text sent, marked.)
+            raw = args if isinstance(args, str) and arguments_text(meta) else _text_of(args)
+            value = await self.executor.run_spec(spec, raw, call_ctx)
         except AdapterError as exc:
             return refusal(exc)
         return success(value)  # (a replayed pinned call: the recorded value)
@@ -260,11 +263,21 @@ def _sized(args: Any) -> Any:
     if isinstance(args, dict) and args:
         try:
             raw = _encode(args)
-        except (TypeError, OverflowError, msgspec.EncodeError):
+        except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
+            # (A lone surrogate is a UnicodeEncodeError: run_spec refuses the dict itself
+            # and records call.invalid, as for any invalid arguments.)
             return args
         if len(raw) > MAX_ARGS_BYTES:
             return raw
     return args
+
+
+def _text_of(args: Any) -> Any:
+    try:
+        return _encode(args)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
+        # Not encodable (a lone surrogate): as it is, which validation refuses too.
+        return args
 
 
 def _reviewer(ctx: Any) -> str:
