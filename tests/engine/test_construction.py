@@ -312,8 +312,8 @@ _REGISTER_HINT = (
         ),
         (
             ["haystack"],
-            "tool refund: unknown target 'haystack'; the bridges are langgraph, mcp, openai_agents, "
-            "pydantic_ai, temporal",
+            "tool refund: unknown target 'haystack'; the bridges are langgraph, mcp, "
+            "openai_agents, pydantic_ai, temporal",
         ),
         (
             "openai_agents",
