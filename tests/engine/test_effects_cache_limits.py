@@ -190,19 +190,23 @@ async def test_failure_after_start_makes_the_key_ambiguous(clock: Any, failure: 
     assert t.executor.ambiguous_effects() == {"refund:A1": ("r1", "c1")}
 
 
-async def test_cancel_after_start_makes_the_key_ambiguous(clock: Any) -> None:
-    """A call cancelled in its body leaves its effect key ambiguous."""
+async def test_cancel_during_the_body_is_held_until_its_outcome(clock: Any) -> None:
+    """A call cancelled in its body finishes the body first: its real outcome is recorded
+    (the key committed, never ambiguous), then the caller gets CancelledError."""
     t = Refunds(clock)
     t.gate = asyncio.Event()
     task = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
     task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done()
+    t.gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    t.gate = None
-    with pytest.raises(AmbiguousEffect):
+    assert (await types(t.ledger))[-1] == "call.succeeded"
+    with pytest.raises(DuplicateEffect):
         await t.run("c2")
-    assert t.executor.ambiguous_effects() == {"refund:A1": ("r1", "c1")}
+    assert t.executor.ambiguous_effects() == {}
 
 
 async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:

@@ -1,0 +1,160 @@
+"""A started effect body is never cancelled half-way: a cancel is held until its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _helpers import (
+    every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    recorded,
+    types,
+)
+
+from agent_adapter import CallContext, Executor, Registry
+from agent_adapter.errors import DuplicateEffect, ToolTimeout
+from agent_adapter.ledger import MemoryLedger, SQLiteLedger, replay
+
+pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
+
+
+class Charges:
+    """A charge tool with an effect key whose body waits on a gate."""
+
+    def __init__(
+        self, ledger: Any = None, *, timeout: float | None = None, hooks: Any = ()
+    ) -> None:
+        self.registry = Registry()
+        self.ledger = ledger if ledger is not None else MemoryLedger()
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.ran: list[str] = []
+        self.fail = False
+
+        @self.registry.tool(effect="charge:{order_id}", timeout=timeout)
+        async def charge(order_id: str) -> str:
+            self.ran.append(order_id)
+            self.entered.set()
+            await self.gate.wait()
+            if self.fail:
+                raise RuntimeError("gateway said 502")
+            return f"charged {order_id}"
+
+        self.spec = charge
+        self.executor = Executor(self.registry, ledger=self.ledger, hooks=hooks)
+
+    def start(self, call_id: str = "c1") -> asyncio.Task[Any]:
+        ctx = CallContext(run_id="r1", call_id=call_id)
+        return asyncio.ensure_future(self.executor.run_spec(self.spec, {"order_id": "A1"}, ctx))
+
+
+async def test_cancel_is_delivered_after_the_success_is_recorded() -> None:
+    """The caller's cancel waits for the body; the outcome is call.succeeded (key committed),
+    and the caller then gets CancelledError."""
+    c = Charges()
+    task = c.start()
+    await c.entered.wait()
+    task.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not task.done()
+    c.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await types(c.ledger) == [
+        "call.requested",
+        "call.validated",
+        "effect.claimed",
+        "call.started",
+        "call.succeeded",
+    ]
+    assert c.executor.effect_status("charge:A1") == "committed"
+    with pytest.raises(DuplicateEffect):
+        await c.start("c2")
+    assert c.ran == ["A1"]
+
+
+async def test_a_second_cancel_is_held_too() -> None:
+    """Two cancels while the body runs: still one body to its end, its failure recorded as
+    call.failed (not call.cancelled), then CancelledError."""
+    c = Charges()
+    c.fail = True
+    task = c.start()
+    await c.entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done()
+    c.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await types(c.ledger))[-1] == "call.failed"
+    audit = replay(await recorded(c.ledger))
+    assert audit.call("r1", "c1").outcome == "call.failed"
+
+
+async def test_after_tool_sees_the_real_outcome_before_the_cancel() -> None:
+    """after_tool hooks run with the body's own outcome ("succeeded"), before the caller
+    gets the held cancel."""
+    seen: list[str] = []
+
+    class Hook:
+        def after_tool(self, call: Any, outcome: Any) -> None:
+            seen.append(outcome.kind)
+
+    c = Charges(hooks=[Hook()])
+    task = c.start()
+    await c.entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    c.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["succeeded"]
+
+
+async def test_the_timeout_still_cancels_the_body() -> None:
+    """The engine's own deadline cancels a body on purpose, as before: call.timed_out
+    (the key ambiguous), ToolTimeout to the caller."""
+    c = Charges(timeout=0.05)
+    with pytest.raises(ToolTimeout):
+        await c.start()
+    assert (await types(c.ledger))[-1] == "call.timed_out"
+    assert c.executor.ambiguous_effects() == {"charge:A1": ("r1", "c1")}
+
+
+async def test_a_cancel_during_the_timed_body_is_held_and_the_deadline_still_applies() -> None:
+    """A caller's cancel during a timed body is held; the deadline then still ends the body
+    (call.timed_out), and the caller gets CancelledError, its own cancel."""
+    c = Charges(timeout=0.2)
+    task = c.start()
+    await c.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await types(c.ledger))[-1] == "call.timed_out"
+
+
+async def test_a_cancel_in_the_write_ahead_is_held(tmp_path: Path) -> None:
+    """On SQLite (the write-ahead suspends), a cancel that comes while call.started is
+    being written is held through the body as well: the success is recorded."""
+    ledger = SQLiteLedger(tmp_path / "l.db")
+    c = Charges(ledger)
+    c.gate.set()
+    await c.executor.start()
+    task = c.start()
+    for _ in range(50):  # cancel as soon as the call has claimed the key, mid-append
+        await asyncio.sleep(0)
+        if c.executor.effect_status("charge:A1") != "unknown":
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    kinds = await types(ledger)
+    assert kinds[-1] == "call.succeeded", kinds
+    assert replay([e async for e in ledger.read()]).problems() == []
+    await c.executor.close()
+    await ledger.close()
