@@ -184,3 +184,10 @@ def timeline(
     if output_guards:
         tags.append("guard.checked")
     return [*tags, outcome]
+
+
+def own_pid_start() -> int:
+    """This process's start time as an effect claim records it (/proc/self/stat field 22)."""
+    with open("/proc/self/stat") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(")") + 2 :].split()[19])

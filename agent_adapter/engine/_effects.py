@@ -12,6 +12,7 @@ from ..ledger import (
     CallDuplicate,
     EffectClaimed,
     EffectResolved,
+    lease_live,
     lease_text,
 )
 from ..ledger import recordable_text as text
@@ -91,7 +92,7 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
         if not fresh and state.status != "committed":
             raise _Stale
         now = pipe.clock()
-        status = state.status_at(now, pipe.skew_margin_s)
+        status = state.status_at(now, pipe.skew_margin_s, pipe.host)
         if status == "committed":
             same = state.digest == call.digest
             message = (
@@ -143,6 +144,14 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
                 "which has not finished (it may still be running); it does not run "
                 "twice: ask again once that call has finished"
             )
+        elif state.status == "claimed" and lease_live(state.lease_until, now, pipe.skew_margin_s):
+            # Its lease still runs, but its process on this host is gone (status_at).
+            reason = (
+                f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
+                f"whose holder, {state.holder_text()}, is no longer running (its process "
+                "is gone) and left no outcome; it may or may not have happened: check, "
+                "then resolve it with resolve_effect"
+            )
         elif state.lease_until and state.status == "claimed":
             # The lease expired with no outcome: the holder died (or stopped renewing).
             reason = (
@@ -169,6 +178,7 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
             holder=pipe.executor_id,
             pid=pipe.pid,
             host=pipe.host,
+            pid_start=pipe.pid_start,
             # Renewed every third of it while the body runs (_executing._Lease).
             lease_until=pipe.clock() + pipe.lease_s,
         ),
@@ -213,7 +223,9 @@ async def resolve_effect(
     audit reports it).
     """
     state = pipe.state.effects.get(key)
-    status = "unknown" if state is None else state.status_at(pipe.clock(), pipe.skew_margin_s)
+    status = (
+        "unknown" if state is None else state.status_at(pipe.clock(), pipe.skew_margin_s, pipe.host)
+    )
     forced = False
     if state is not None and status in (IN_FLIGHT, "claimed") and force:
         forced = True
@@ -256,22 +268,24 @@ def effect_status(pipe: Pipeline, key: str) -> str:
     state = pipe.state.effects.get(key)
     if state is None:
         return "unknown"
-    return state.status_at(pipe.clock(), pipe.skew_margin_s)
+    return state.status_at(pipe.clock(), pipe.skew_margin_s, pipe.host)
 
 
 def ambiguous_effects(pipe: Pipeline) -> dict[str, tuple[str, str]]:
     """Ambiguous keys (claims whose outcome is unknown and whose holder's lease, if any,
     has expired) and the (run_id, call_id) that claimed each."""
-    now, margin = pipe.clock(), pipe.skew_margin_s
+    now, margin, host = pipe.clock(), pipe.skew_margin_s, pipe.host
     return {
         k: (s.run_id, s.call_id)
         for k, s in pipe.state.effects.items()
-        if s.status_at(now, margin) == AMBIGUOUS
+        if s.status_at(now, margin, host) == AMBIGUOUS
     }
 
 
 def in_flight_effects(pipe: Pipeline) -> dict[str, EffectState]:
     """Keys whose holder's lease is live (their calls have no outcome yet): each key's
     state names the holder (``holder``, ``pid``, ``host``) and ``lease_until``."""
-    now, margin = pipe.clock(), pipe.skew_margin_s
-    return {k: s for k, s in pipe.state.effects.items() if s.status_at(now, margin) == IN_FLIGHT}
+    now, margin, host = pipe.clock(), pipe.skew_margin_s, pipe.host
+    return {
+        k: s for k, s in pipe.state.effects.items() if s.status_at(now, margin, host) == IN_FLIGHT
+    }

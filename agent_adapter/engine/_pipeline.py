@@ -31,6 +31,7 @@ from ..ledger import (
 from ..ledger import recordable_text as text
 from ._context import Call, Outcome
 from ._extensions import ApprovalPort, CatchUp, Store
+from ._holders import process_start
 from ._leases import Leases
 from ._limits import RunLimits
 from ._run import _maybe_await, _Run, _scrub
@@ -69,6 +70,7 @@ class Pipeline:
         "on_event",
         "output_guards",
         "pid",
+        "pid_start",
         "running_keys",
         "shared",
         "skew_margin_s",
@@ -120,6 +122,8 @@ class Pipeline:
         self.output_guards = output_guards
         self.executor_id = executor_id
         self.pid = pid
+        #: this process's start time, recorded in its claims (see _holders)
+        self.pid_start = process_start(pid)
         self.host = host
         self.lease_s = lease_s
         self.skew_margin_s = skew_margin_s

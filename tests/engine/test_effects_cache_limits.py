@@ -11,6 +11,7 @@ import pytest
 from _helpers import (
     assert_one_outcome_each,
     every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    own_pid_start,
     recorded,
     timeline,
     types,
@@ -112,6 +113,7 @@ async def test_committed_key_refuses_a_duplicate_with_the_same_args(clock: Any) 
             pid=os.getpid(),
             host=socket.gethostname(),
             lease_until=1030.0,
+            pid_start=own_pid_start(),
         ),
         "refund:A1",
     )
