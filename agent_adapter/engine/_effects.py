@@ -22,6 +22,7 @@ from ._run import _Run, _Stop
 from ._state import EffectState
 
 __all__ = [
+    "_Ours",
     "_Stale",
     "_ambiguous",
     "_claim",
@@ -51,6 +52,11 @@ class _Stale(Exception):
     """Internal: the key is claimed by another process as of our last news of it."""
 
 
+class _Ours(Exception):
+    """Internal: the key is in flight for another call of this very executor: wait for
+    that call's outcome, then decide again (as a duplicate would be, or run)."""
+
+
 def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
     """The effect key of ``args`` (None for a tool without one), rendered right after
     validation (and again after an edit), so that confirm rules, guards and hooks see
@@ -74,14 +80,16 @@ def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
     return text(key)
 
 
-def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
+def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True, wait: bool = False) -> str:
     """Step 8: claim the call's effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
     by a call with no outcome with ``call.ambiguous`` (AmbiguousEffect); neither runs.
     With ``fresh`` False, a key that is not committed raises ``_Stale``: on a ledger
     shared with other processes its state here may be old (the claimer may have finished
-    since), so the caller catches up with the ledger and asks again.
+    since), so the caller catches up with the ledger and asks again. With ``wait``, a
+    key in flight for another call of this executor raises ``_Ours`` instead of the
+    in-flight refusal: its outcome is known here the moment it is written.
     """
     spec = run.spec
     key = call.effect_key
@@ -121,6 +129,13 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
                 ),
             )
         if status == IN_FLIGHT:
+            if (
+                wait
+                and state.holder == pipe.executor_id
+                and state.pid == pipe.pid
+                and state.host == pipe.host
+            ):
+                raise _Ours
             reason = _in_flight_reason(key, state)
             stop = _ambiguous(pipe, run, key, reason)
             assert isinstance(stop.outcome, CallAmbiguous)

@@ -4,6 +4,7 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from hashlib import sha256
@@ -33,7 +34,7 @@ from ._checking import _guard
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
-from ._effects import _ambiguous, _claim, _Stale
+from ._effects import _ambiguous, _claim, _Ours, _Stale
 from ._outcome import end, end_cancelled, write
 from ._pipeline import Pipeline
 from ._plan import Plan
@@ -405,13 +406,36 @@ async def _claim_and_start(
     ctx = run.ctx
     caught_up = False
     refusals = 0
+    loop = asyncio.get_running_loop()
+    waited: float | None = None  # (loop time) until when to wait for our own holder
     while True:
         inflight = pipe.state.inflight.get(run.key)
         if inflight is None:
             return None
         counted = inflight.counted
         try:
-            effect_key = _claim(pipe, run, call, fresh=caught_up or refusals > 0 or not pipe.shared)
+            effect_key = _claim(
+                pipe,
+                run,
+                call,
+                fresh=caught_up or refusals > 0 or not pipe.shared,
+                wait=waited is None or loop.time() < waited,
+            )
+        except _Ours:
+            # Another call of this executor holds the key and is running: wait for its
+            # outcome (bounded by this call's timeout, else the lease), then decide
+            # again: a duplicate of its success, or run if its failure freed the key.
+            key = call.effect_key
+            assert key is not None
+            if waited is None:
+                waited = loop.time() + (spec.timeout or pipe.lease_s)
+            waiting = pipe.waiters.get(key)
+            if waiting is None:
+                waiting = pipe.waiters[key] = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(waited):
+                    await waiting.wait()
+            continue
         except _Stale:
             # Another process claimed the key: hear what became of it, then decide.
             caught_up = True

@@ -77,6 +77,7 @@ class Pipeline:
         "state",
         "subscribers",
         "sync_appends",
+        "waiters",
     )
 
     def __init__(
@@ -142,6 +143,9 @@ class Pipeline:
         self.running_keys: dict[str, int] = {}
         # Tasks that outlive the call that started them (see unpin_when_written).
         self.background: set[asyncio.Task[None]] = set()
+        #: effect key -> set when the outcome of this executor's call holding it is
+        #: written: calls of this executor that met that claim in flight wait for it
+        self.waiters: dict[str, asyncio.Event] = {}
         #: running effect calls' leases, renewed on one timer
         self.leases = Leases(clock, lease_s, self.record)
 
@@ -231,6 +235,15 @@ class Pipeline:
             error_kind=error.kind,
             error=_scrub(str(error), run),
         )
+
+    def wake(self, run: _Run) -> None:
+        """``run``'s outcome is written (or will never be): wake the calls waiting for
+        the effect key it held."""
+        call = run.call
+        if call is not None and call.effect_key is not None:
+            waiting = self.waiters.pop(call.effect_key, None)
+            if waiting is not None:
+                waiting.set()
 
     def unpin_when_written(self, run_id: str) -> None:
         """The caller was cancelled while its outcome was being appended; the append may

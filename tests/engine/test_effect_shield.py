@@ -158,3 +158,51 @@ async def test_a_cancel_in_the_write_ahead_is_held(tmp_path: Path) -> None:
     assert replay([e async for e in ledger.read()]).problems() == []
     await c.executor.close()
     await ledger.close()
+
+
+async def test_a_call_of_the_same_executor_waits_for_the_holder_and_is_a_duplicate() -> None:
+    """A second call for a key its own executor holds in flight waits for that outcome and
+    answers as a duplicate would (DuplicateEffect naming the holder's call); one body."""
+    c = Charges()
+    first = c.start("c1")
+    await c.entered.wait()
+    second = c.start("c2")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not second.done()
+    c.gate.set()
+    assert await first == "charged A1"
+    with pytest.raises(DuplicateEffect) as info:
+        await second
+    assert (info.value.call_id, info.value.same_args) == ("c1", True)
+    assert c.ran == ["A1"]
+    assert (await types(c.ledger, "c2"))[-1] == "call.duplicate"
+
+
+async def test_a_waiting_call_runs_when_the_holders_failure_frees_the_key() -> None:
+    """The holder's ToolError frees the key: the waiting call then claims it and runs."""
+    from agent_adapter.errors import ToolError
+
+    registry = Registry()
+    gate, entered = asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+
+    @registry.tool(effect="charge:{order_id}")
+    async def charge(order_id: str, n: int) -> str:
+        ran.append(f"c{n}")
+        entered.set()
+        await gate.wait()
+        if n == 1:
+            raise ToolError("card declined: nothing charged")
+        return f"charged {order_id}"
+
+    ex = Executor(registry, ledger=MemoryLedger())
+    first = asyncio.ensure_future(ex.call("charge", {"order_id": "A1", "n": 1}, call_id="c1"))
+    await entered.wait()
+    second = asyncio.ensure_future(ex.call("charge", {"order_id": "A1", "n": 2}, call_id="c2"))
+    await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(ToolError):
+        await first
+    assert await second == "charged A1"
+    assert ran == ["c1", "c2"]

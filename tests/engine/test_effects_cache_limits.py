@@ -212,15 +212,19 @@ async def test_cancel_during_the_body_is_held_until_its_outcome(clock: Any) -> N
 
 
 async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:
-    """While a call holding the key runs, another call for the key is refused as in flight
+    """While a call holding the key runs, another executor's call for the key is refused
+    as in flight
     (EffectInFlight, an AmbiguousEffect), naming the holder and its lease, with a message
     that does not suggest resolving the key (that would run it twice)."""
     t = Refunds(clock)
+    # Another executor on the same ledger (a call of the holder's own executor waits).
+    other = Executor(t.registry, ledger=t.ledger, clock=clock)
+    await other.start()
     t.gate = asyncio.Event()
     first = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
     with pytest.raises(EffectInFlight) as info:
-        await t.run("c2")
+        await other.run_spec(t.spec, {"order_id": "A1", "amount": 5}, ctx("c2"))
     ex = t.executor
     assert str(info.value) == (
         f"effect refund:A1 is in flight: held by executor {ex.executor_id} (pid "
