@@ -37,14 +37,14 @@ __all__ = [
 
 def _in_flight_reason(key: str, state: EffectState) -> str:
     # Never "resolve it": the holder is alive and its body may be running right now, so
-    # resolving the key as failed would run the effect a second time beside it. "As a
-    # new call": this refusal is this call id's one outcome, so a repeat of the id only
-    # replays it (step 0); a new call id is safe, because the key still dedups it.
+    # resolving the key as failed would run the effect a second time beside it. "Retry
+    # later": this refusal is not final for the call id (redecided), so the same call
+    # asked again decides again; the key still dedups it.
     return (
         f"effect {key} is in flight: held by {state.holder_text()} for call "
         f"{state.call_id} (run {state.run_id}), lease until {lease_text(state.lease_until)}; "
-        "it does not run twice: retry later as a new call, once that call has finished "
-        "(this call id keeps this answer)"
+        "it does not run twice: retry later, once that call has finished (the same call "
+        "id decides again)"
     )
 
 

@@ -142,7 +142,8 @@ class Projection:
         self._remembered = 0
         # The next eviction pass runs once more than this many calls are remembered.
         self._evict_at: float = remember if remember is not None else math.inf
-        #: (run_id, call_id) -> (digest of the call as requested, outcome tag)
+        #: (run_id, call_id) -> (digest of the call as requested, outcome tag; IN_FLIGHT
+        #: for an in-flight refusal, which is not final: the call id decides again)
         self.outcomes: dict[CallKey, tuple[str | None, str]] = {}
         self.inflight: dict[CallKey, _InFlight] = {}
         self.run_calls: dict[str, int] = {}
@@ -310,6 +311,8 @@ class Projection:
         tag = _TAG_OF.get(cls)
         if tag is None:
             tag = _TAG_OF[cls] = event.type
+        if cls is CallAmbiguous and event.in_flight:  # type: ignore[attr-defined]
+            tag = IN_FLIGHT  # not final: a repeat of the call id decides again (redecided)
         if cls in _COUNT_ALWAYS or (
             cls in _COUNT_IF_MARKED and event.counted  # type: ignore[attr-defined]
         ):

@@ -14,7 +14,7 @@ from _helpers import (
 )
 
 from agent_adapter import CallContext, Executor, Registry
-from agent_adapter.errors import DuplicateEffect, ToolTimeout
+from agent_adapter.errors import DuplicateEffect, EffectInFlight, ToolError, ToolTimeout
 from agent_adapter.ledger import MemoryLedger, SQLiteLedger, replay
 
 pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
@@ -181,7 +181,6 @@ async def test_a_call_of_the_same_executor_waits_for_the_holder_and_is_a_duplica
 
 async def test_a_waiting_call_runs_when_the_holders_failure_frees_the_key() -> None:
     """The holder's ToolError frees the key: the waiting call then claims it and runs."""
-    from agent_adapter.errors import ToolError
 
     registry = Registry()
     gate, entered = asyncio.Event(), asyncio.Event()
@@ -206,3 +205,46 @@ async def test_a_waiting_call_runs_when_the_holders_failure_frees_the_key() -> N
         await first
     assert await second == "charged A1"
     assert ran == ["c1", "c2"]
+
+
+async def test_an_in_flight_refusal_is_not_final_for_its_call_id() -> None:
+    """Another executor's call meets the key in flight: EffectInFlight. The same (run, call)
+    asked again decides again (in flight while the holder runs, then a duplicate once it
+    committed), each attempt with its own call.requested and one outcome; the audit is
+    clean, and a reopened executor replays the final answer."""
+    c = Charges()
+    other = Executor(c.registry, ledger=c.ledger)
+    await other.start()
+    ctx = CallContext(run_id="r1", call_id="c2")
+    first = c.start("c1")
+    await c.entered.wait()
+
+    for _ in range(2):
+        with pytest.raises(EffectInFlight):
+            await other.run_spec(c.spec, {"order_id": "A1"}, ctx)
+    c.gate.set()
+    assert await first == "charged A1"
+    with pytest.raises(DuplicateEffect) as info:
+        await other.run_spec(c.spec, {"order_id": "A1"}, ctx)
+    assert info.value.call_id == "c1"
+    assert (await types(c.ledger, "c2")) == [
+        "call.requested",
+        "call.validated",
+        "call.ambiguous",
+        "call.requested",
+        "call.validated",
+        "call.ambiguous",
+        "call.requested",
+        "call.validated",
+        "call.duplicate",
+    ]
+    audit = replay(await recorded(c.ledger))
+    assert audit.problems() == []
+    record = audit.call("r1", "c2")
+    assert (record.attempts, record.outcome, record.outcomes) == (3, "call.duplicate", 1)
+    # Final now: asked again (here, or by an executor opened on the ledger), it replays.
+    reopened = await Executor.open(c.registry, ledger=c.ledger)
+    with pytest.raises(DuplicateEffect):
+        await reopened.run_spec(c.spec, {"order_id": "A1"}, ctx)
+    assert (await types(c.ledger, "c2"))[-1] == "call.replayed"
+    assert c.ran == ["A1"]

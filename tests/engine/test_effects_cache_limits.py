@@ -229,8 +229,8 @@ async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:
     assert str(info.value) == (
         f"effect refund:A1 is in flight: held by executor {ex.executor_id} (pid "
         f"{os.getpid()} on host {socket.gethostname()}) for call c1 (run r1), lease until "
-        "1970-01-01 00:17:10 UTC; it does not run twice: retry later as a new call, once "
-        "that call has finished (this call id keeps this answer)"
+        "1970-01-01 00:17:10 UTC; it does not run twice: retry later, once that call has "
+        "finished (the same call id decides again)"
     )
     assert "resolve" not in str(info.value)
     assert (info.value.kind, info.value.holder, info.value.lease_until) == (
