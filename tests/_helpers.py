@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger, Verification
+from agent_adapter.ledger import OUTCOME_TAGS, Event, MemoryLedger, Verification, redecided
 
 
 class Batches(MemoryLedger):
@@ -69,9 +69,13 @@ async def outcomes_per_call(ledger: Any) -> dict[tuple[str, str], int]:
 async def assert_one_outcome_each(ledger: Any) -> None:
     """Every requested call has exactly one outcome, and no outcome lacks a request."""
     events = await recorded(ledger)
-    requested = {(e.run_id, e.call_id) for e in events if e.type == "call.requested"}
+    # One outcome per call.requested: a call id asked again after an in-flight refusal
+    # (not final) is a new attempt, with its own request and outcome.
+    requested = Counter((e.run_id, e.call_id) for e in events if e.type == "call.requested")
     counts = Counter((e.run_id, e.call_id) for e in events if e.is_outcome)
-    assert dict(counts) == dict.fromkeys(requested, 1)
+    final = Counter((e.run_id, e.call_id) for e in events if e.is_outcome and not redecided(e))
+    assert set(counts) == set(requested)
+    assert all(counts[k] <= n and final[k] <= 1 for k, n in requested.items())
 
 
 @pytest.fixture
@@ -92,9 +96,19 @@ def every_call_has_one_outcome(monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     for ledger in created:
         if getattr(ledger, "allow_unfinished", False):
             continue
-        requested = {(r.run_id, r.call_id) for r in ledger.records if r.type == "call.requested"}
+        requested = Counter(
+            (r.run_id, r.call_id) for r in ledger.records if r.type == "call.requested"
+        )
         counts = Counter((r.run_id, r.call_id) for r in ledger.records if r.type in OUTCOME_TAGS)
-        assert dict(counts) == dict.fromkeys(requested, 1)
+        # One final outcome per call; an in-flight refusal is not final (the call id was
+        # asked again, a new attempt with its own request), and no attempt has two.
+        final = Counter(
+            (r.run_id, r.call_id)
+            for r in ledger.records
+            if r.type in OUTCOME_TAGS and b'"in_flight":true' not in r.payload
+        )
+        assert set(counts) == set(requested), (requested, counts)
+        assert all(counts[k] <= n and final[k] <= 1 for k, n in requested.items())
 
 
 class CountingLedger:
@@ -184,3 +198,10 @@ def timeline(
     if output_guards:
         tags.append("guard.checked")
     return [*tags, outcome]
+
+
+def own_pid_start() -> int:
+    """This process's start time as an effect claim records it (/proc/self/stat field 22)."""
+    with open("/proc/self/stat") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(")") + 2 :].split()[19])

@@ -12,6 +12,7 @@ from ..ledger import (
     CallDuplicate,
     EffectClaimed,
     EffectResolved,
+    lease_live,
     lease_text,
 )
 from ..ledger import recordable_text as text
@@ -21,6 +22,7 @@ from ._run import _Run, _Stop
 from ._state import EffectState
 
 __all__ = [
+    "_Ours",
     "_Stale",
     "_ambiguous",
     "_claim",
@@ -35,19 +37,24 @@ __all__ = [
 
 def _in_flight_reason(key: str, state: EffectState) -> str:
     # Never "resolve it": the holder is alive and its body may be running right now, so
-    # resolving the key as failed would run the effect a second time beside it. "As a
-    # new call": this refusal is this call id's one outcome, so a repeat of the id only
-    # replays it (step 0); a new call id is safe, because the key still dedups it.
+    # resolving the key as failed would run the effect a second time beside it. "Retry
+    # later": this refusal is not final for the call id (redecided), so the same call
+    # asked again decides again; the key still dedups it.
     return (
         f"effect {key} is in flight: held by {state.holder_text()} for call "
         f"{state.call_id} (run {state.run_id}), lease until {lease_text(state.lease_until)}; "
-        "it does not run twice: retry later as a new call, once that call has finished "
-        "(this call id keeps this answer)"
+        "it does not run twice: retry later, once that call has finished (the same call "
+        "id decides again)"
     )
 
 
 class _Stale(Exception):
     """Internal: the key is claimed by another process as of our last news of it."""
+
+
+class _Ours(Exception):
+    """Internal: the key is in flight for another call of this very executor: wait for
+    that call's outcome, then decide again (as a duplicate would be, or run)."""
 
 
 def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
@@ -73,14 +80,16 @@ def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
     return text(key)
 
 
-def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
+def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True, wait: bool = False) -> str:
     """Step 8: claim the call's effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
     by a call with no outcome with ``call.ambiguous`` (AmbiguousEffect); neither runs.
     With ``fresh`` False, a key that is not committed raises ``_Stale``: on a ledger
     shared with other processes its state here may be old (the claimer may have finished
-    since), so the caller catches up with the ledger and asks again.
+    since), so the caller catches up with the ledger and asks again. With ``wait``, a
+    key in flight for another call of this executor raises ``_Ours`` instead of the
+    in-flight refusal: its outcome is known here the moment it is written.
     """
     spec = run.spec
     key = call.effect_key
@@ -91,7 +100,7 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
         if not fresh and state.status != "committed":
             raise _Stale
         now = pipe.clock()
-        status = state.status_at(now, pipe.skew_margin_s)
+        status = state.status_at(now, pipe.skew_margin_s, pipe.host)
         if status == "committed":
             same = state.digest == call.digest
             message = (
@@ -120,6 +129,13 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
                 ),
             )
         if status == IN_FLIGHT:
+            if (
+                wait
+                and state.holder == pipe.executor_id
+                and state.pid == pipe.pid
+                and state.host == pipe.host
+            ):
+                raise _Ours
             reason = _in_flight_reason(key, state)
             stop = _ambiguous(pipe, run, key, reason)
             assert isinstance(stop.outcome, CallAmbiguous)
@@ -142,6 +158,14 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
                 f"effect {key} is claimed by call {state.call_id} (run {state.run_id}), "
                 "which has not finished (it may still be running); it does not run "
                 "twice: ask again once that call has finished"
+            )
+        elif state.status == "claimed" and lease_live(state.lease_until, now, pipe.skew_margin_s):
+            # Its lease still runs, but its process on this host is gone (status_at).
+            reason = (
+                f"effect {key} is claimed by call {state.call_id} (run {state.run_id}) "
+                f"whose holder, {state.holder_text()}, is no longer running (its process "
+                "is gone) and left no outcome; it may or may not have happened: check, "
+                "then resolve it with resolve_effect"
             )
         elif state.lease_until and state.status == "claimed":
             # The lease expired with no outcome: the holder died (or stopped renewing).
@@ -169,6 +193,7 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True) -> str:
             holder=pipe.executor_id,
             pid=pipe.pid,
             host=pipe.host,
+            pid_start=pipe.pid_start,
             # Renewed every third of it while the body runs (_executing._Lease).
             lease_until=pipe.clock() + pipe.lease_s,
         ),
@@ -213,7 +238,9 @@ async def resolve_effect(
     audit reports it).
     """
     state = pipe.state.effects.get(key)
-    status = "unknown" if state is None else state.status_at(pipe.clock(), pipe.skew_margin_s)
+    status = (
+        "unknown" if state is None else state.status_at(pipe.clock(), pipe.skew_margin_s, pipe.host)
+    )
     forced = False
     if state is not None and status in (IN_FLIGHT, "claimed") and force:
         forced = True
@@ -256,22 +283,24 @@ def effect_status(pipe: Pipeline, key: str) -> str:
     state = pipe.state.effects.get(key)
     if state is None:
         return "unknown"
-    return state.status_at(pipe.clock(), pipe.skew_margin_s)
+    return state.status_at(pipe.clock(), pipe.skew_margin_s, pipe.host)
 
 
 def ambiguous_effects(pipe: Pipeline) -> dict[str, tuple[str, str]]:
     """Ambiguous keys (claims whose outcome is unknown and whose holder's lease, if any,
     has expired) and the (run_id, call_id) that claimed each."""
-    now, margin = pipe.clock(), pipe.skew_margin_s
+    now, margin, host = pipe.clock(), pipe.skew_margin_s, pipe.host
     return {
         k: (s.run_id, s.call_id)
         for k, s in pipe.state.effects.items()
-        if s.status_at(now, margin) == AMBIGUOUS
+        if s.status_at(now, margin, host) == AMBIGUOUS
     }
 
 
 def in_flight_effects(pipe: Pipeline) -> dict[str, EffectState]:
     """Keys whose holder's lease is live (their calls have no outcome yet): each key's
     state names the holder (``holder``, ``pid``, ``host``) and ``lease_until``."""
-    now, margin = pipe.clock(), pipe.skew_margin_s
-    return {k: s for k, s in pipe.state.effects.items() if s.status_at(now, margin) == IN_FLIGHT}
+    now, margin, host = pipe.clock(), pipe.skew_margin_s, pipe.host
+    return {
+        k: s for k, s in pipe.state.effects.items() if s.status_at(now, margin, host) == IN_FLIGHT
+    }

@@ -4,6 +4,7 @@ deadline, output guards and the outcome; and what protects the body's arguments.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from hashlib import sha256
@@ -33,8 +34,8 @@ from ._checking import _guard
 from ._context import Call, Outcome, _current
 from ._deadline import deadline
 from ._digest import canonical, digest
-from ._effects import _ambiguous, _claim, _Stale
-from ._outcome import end, write
+from ._effects import _ambiguous, _claim, _Ours, _Stale
+from ._outcome import end, end_cancelled, write
 from ._pipeline import Pipeline
 from ._plan import Plan
 from ._replaying import _repeat, typed_result
@@ -260,9 +261,10 @@ async def _execute(pipe: Pipeline, run: _Run, call: Call, plan: Plan) -> Any:
             # would have. Nothing of this attempt is recorded, and the body never runs.
             run.ended = True
             return await _repeat(pipe, spec, call.args, run.ctx)
-        effect_key, call, events = claimed
+        effect_key, call, events, held = claimed
     else:
         effect_key = None
+        held = False
         ctx = run.ctx
         started = CallStarted(
             ts=pipe.clock(),
@@ -306,11 +308,16 @@ async def _execute(pipe: Pipeline, run: _Run, call: Call, plan: Plan) -> Any:
     elif run.exposed:
         call = _unchanged(pipe, run, call, fresh=True)
     run.reached_body = True
+    if effect_key is not None:
+        # A started effect body is never cancelled half-way (DESIGN, Ledger): it runs to
+        # its end in a task of its own, with its outcome, whatever cancels the caller.
+        return await _held(pipe, run, _effect_body(pipe, run, call, plan, effect_key), held)
+    # (The plain path, inline: _after_body's steps without its await, see ab_core.py.)
     try:
-        if plan.direct and effect_key is None:
+        if plan.direct:
             result = await spec.fn(**call.args)
         else:
-            result = await _run_body(pipe, run, call, plan, effect_key)
+            result = await _run_body(pipe, run, call, plan, None)
     except _Stop:
         raise
     except Exception as exc:
@@ -325,6 +332,88 @@ async def _execute(pipe: Pipeline, run: _Run, call: Call, plan: Plan) -> Any:
     if pipe.after:
         await pipe.after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
     return result
+
+
+async def _after_body(pipe: Pipeline, run: _Run, call: Call, plan: Plan, result: Any) -> Any:
+    """Step 10 for a body that returned ``result``: output guards, ``call.succeeded``,
+    observers, ``after_tool`` hooks (the plain path has these steps inline)."""
+    if plan.output_guards:
+        await _guard(pipe, run, call, "output", plan.output_guards, (call, result))
+    outcome = _succeeded(pipe, run, result)
+    events = await write(pipe, run, outcome)
+    if pipe.observed:
+        await pipe.dispatch(events)
+    if pipe.after:
+        await pipe.after_hooks(call, Outcome(kind="succeeded", value=result, error=None), outcome)
+    return result
+
+
+async def _effect_body(pipe: Pipeline, run: _Run, call: Call, plan: Plan, key: str) -> Any:
+    """Steps 9-10 of a call with an effect key, from its body to its recorded outcome and
+    ``after_tool`` hooks, as one task that ``_held`` keeps from the caller's cancels.
+
+    Every outcome is written here, in this task (``run_spec`` finds the call ended): a
+    caller's cancel is delivered only once the body's own outcome (``call.succeeded``,
+    ``call.failed``, ``call.timed_out``, ``call.blocked``) is durable. Only a cancel of
+    this task itself (the loop shutting down) records ``call.cancelled``.
+    """
+    try:
+        try:
+            result = await _run_body(pipe, run, call, plan, key)
+        except _Stop:
+            raise
+        except Exception as exc:
+            raise _body_failed(pipe, run, exc) from None
+        return await _after_body(pipe, run, call, plan, result)
+    except _Stop as stop:
+        await end(pipe, run, stop.outcome, error=stop.error)
+        error = stop.error
+        if isinstance(error, AdapterError):
+            error.recorded_by = run.key
+        raise error from getattr(error, "__cause__", None)
+    except asyncio.CancelledError:
+        await end_cancelled(pipe, run)
+        raise
+
+
+async def _held(pipe: Pipeline, run: _Run, body: Awaitable[Any], held: bool) -> Any:
+    """Await ``body`` (a started effect call's rest) in a task of its own, to its end.
+
+    A cancel of the caller (the framework cancelling a sibling tool call, a second cancel
+    too) is held while the body runs: cancelling it half-way would leave its key
+    ambiguous though the effect may have happened. Once the body's outcome is recorded,
+    the held cancel is delivered: ``CancelledError`` to the caller, never swallowed.
+    ``held`` is True when a cancel came during the write-ahead. The body's own deadline
+    cancels that task, not the caller: a timeout stays ``call.timed_out``.
+    """
+    # The task copies this context: current_call() and the follower's appends flow.
+    task = asyncio.ensure_future(body)
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                held = True  # the caller's cancel: held until the outcome is recorded
+                continue
+            if task.cancelled():
+                raise  # the body's task itself was cancelled (recorded call.cancelled)
+            if not held:
+                raise  # (the task raised CancelledError of its own)
+            error: BaseException | None = task.exception()
+            result = None
+        except BaseException as exc:
+            if not held:
+                raise
+            error = exc
+            result = None
+        else:
+            error = None
+        if held:
+            # Durable by now (the task wrote the outcome): the caller's cancel goes on.
+            cancelled = asyncio.CancelledError()
+            cancelled.__context__ = error
+            raise cancelled
+        return result
 
 
 async def _cached(pipe: Pipeline, run: _Run, call: Call, stored: Any) -> Any:
@@ -351,11 +440,12 @@ async def _cached(pipe: Pipeline, run: _Run, call: Call, stored: Any) -> Any:
 
 async def _claim_and_start(
     pipe: Pipeline, run: _Run, call: Call
-) -> tuple[str, Call, list[Event]] | None:
+) -> tuple[str, Call, list[Event], bool] | None:
     """Steps 8-9 for a call with an effect key: claim it, then ``call.started``, both
     durable before the body (or with the outcome: ``durability="outcome"`` has no key).
 
-    Returns the key, the call and the events written; None when the call id turned out
+    Returns the key, the call, the events written and whether a cancel came during the
+    write-ahead (held: delivered after the outcome); None when the call id turned out
     to be finished by another process (answered as a repeat). Another process's claim
     that lands first makes the claim step decide again (duplicate or ambiguous).
     """
@@ -363,13 +453,36 @@ async def _claim_and_start(
     ctx = run.ctx
     caught_up = False
     refusals = 0
+    loop = asyncio.get_running_loop()
+    waited: float | None = None  # (loop time) until when to wait for our own holder
     while True:
         inflight = pipe.state.inflight.get(run.key)
         if inflight is None:
             return None
         counted = inflight.counted
         try:
-            effect_key = _claim(pipe, run, call, fresh=caught_up or refusals > 0 or not pipe.shared)
+            effect_key = _claim(
+                pipe,
+                run,
+                call,
+                fresh=caught_up or refusals > 0 or not pipe.shared,
+                wait=waited is None or loop.time() < waited,
+            )
+        except _Ours:
+            # Another call of this executor holds the key and is running: wait for its
+            # outcome (bounded by this call's timeout, else the lease), then decide
+            # again: a duplicate of its success, or run if its failure freed the key.
+            key = call.effect_key
+            assert key is not None
+            if waited is None:
+                waited = loop.time() + (spec.timeout or pipe.lease_s)
+            waiting = pipe.waiters.get(key)
+            if waiting is None:
+                waiting = pipe.waiters[key] = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(waited):
+                    await waiting.wait()
+            continue
         except _Stale:
             # Another process claimed the key: hear what became of it, then decide.
             caught_up = True
@@ -391,13 +504,23 @@ async def _claim_and_start(
         # Durable before the body runs, so a crash leaves an ambiguous call, never a
         # forgotten one. (The buffer is never empty here.)
         events, run.buffer = run.buffer, []
+        held = False
         try:
-            await pipe.append(events)
+            if pipe.append_now is not None:
+                await pipe.append(events)  # stored now: no suspension a cancel could hit
+            else:
+                # Once written, the body counts as started: a cancel that comes during
+                # the write is held, as during the body (_held), not left half-way.
+                writing = asyncio.ensure_future(pipe.append(events))
+                held = await _settled(writing)
+                writing.result()
         except EffectTaken as taken:
             # Another process claimed the key first; its claim is applied by now, so
             # the claim step decides again (duplicate or ambiguous), as for our own.
             refusals += 1
             call = _unclaim(pipe, run, call, events, before)
+            if held:
+                raise asyncio.CancelledError from None  # nothing started: the cancel goes on
             if refusals >= 3:  # claimed and freed again each time: do not spin
                 raise _ambiguous(
                     pipe,
@@ -407,10 +530,24 @@ async def _claim_and_start(
                     "each time this call tried; its outcome is unknown here",
                 ) from None
             continue
-        except Exception:
+        except Exception as exc:
             _rollback(pipe, run)
+            if held:
+                raise asyncio.CancelledError from exc
             raise
-        return effect_key, call, events
+        return effect_key, call, events, held
+
+
+async def _settled(task: asyncio.Future[Any]) -> bool:
+    """Wait for ``task`` to finish whatever cancels the caller meanwhile (``asyncio.wait``
+    never cancels what it waits for); True when such a cancel came, to deliver later."""
+    held = False
+    while not task.done():
+        try:
+            await asyncio.wait((task,))
+        except asyncio.CancelledError:
+            held = True
+    return held
 
 
 async def _run_body(

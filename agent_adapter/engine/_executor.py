@@ -26,6 +26,7 @@ from ..errors import AdapterError, LedgerError, ToolArgsInvalid, ToolUsageError
 from ..ledger import (
     DEFAULT_LEASE_S,
     DEFAULT_SKEW_MARGIN_S,
+    IN_FLIGHT,
     CallRequested,
     CallValidated,
     ChainWatch,
@@ -515,7 +516,7 @@ class Executor:
             await self._recall(ctx.run_id)
             state = pipe.state
         key = (ctx.run_id, ctx.call_id)
-        if key in state.outcomes or key in state.inflight:
+        if (key in state.outcomes or key in state.inflight) and not _decides_again(state, key):
             try:
                 return await _repeat(pipe, spec, args, ctx)
             except AdapterError as exc:
@@ -750,3 +751,11 @@ def _closed_error() -> ToolUsageError:
     return ToolUsageError(
         "this executor is closed; open a new one on the ledger to make more calls"
     )
+
+
+def _decides_again(state: Projection, key: tuple[str, str]) -> bool:
+    """True when the call id's recorded outcome is an in-flight refusal and nothing of it
+    is running: not final (``redecided``), so this repeat is a new attempt of the call
+    (its own ``call.requested`` and outcome) rather than a replay of the refusal."""
+    recorded = state.outcomes.get(key)
+    return recorded is not None and recorded[1] == IN_FLIGHT and key not in state.inflight

@@ -56,9 +56,13 @@ async def write(pipe: Pipeline, run: _Run, outcome: Event) -> list[Event]:
     except BaseException:
         if pin:
             state.unpin(run_id)
+        if pipe.waiters:
+            pipe.wake(run)
         raise
     if pin:
         state.unpin(run_id)
+    if pipe.waiters:
+        pipe.wake(run)  # durable now: a waiting same-key call decides again
     return events
 
 
@@ -103,6 +107,7 @@ async def end_cancelled(pipe: Pipeline, run: _Run) -> None:
     events, run.buffer = run.buffer, []
     task = asyncio.ensure_future(pipe.append(events))
     task.add_done_callback(lambda t: _unpin_done(state, run_id, t))
+    task.add_done_callback(lambda _: pipe.wake(run))
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.shield(task)
     if pipe.observed and task.done() and not task.cancelled():

@@ -31,6 +31,7 @@ from ..ledger import (
 from ..ledger import recordable_text as text
 from ._context import Call, Outcome
 from ._extensions import ApprovalPort, CatchUp, Store
+from ._holders import process_start
 from ._leases import Leases
 from ._limits import RunLimits
 from ._run import _maybe_await, _Run, _scrub
@@ -69,12 +70,14 @@ class Pipeline:
         "on_event",
         "output_guards",
         "pid",
+        "pid_start",
         "running_keys",
         "shared",
         "skew_margin_s",
         "state",
         "subscribers",
         "sync_appends",
+        "waiters",
     )
 
     def __init__(
@@ -120,6 +123,8 @@ class Pipeline:
         self.output_guards = output_guards
         self.executor_id = executor_id
         self.pid = pid
+        #: this process's start time, recorded in its claims (see _holders)
+        self.pid_start = process_start(pid)
         self.host = host
         self.lease_s = lease_s
         self.skew_margin_s = skew_margin_s
@@ -138,6 +143,9 @@ class Pipeline:
         self.running_keys: dict[str, int] = {}
         # Tasks that outlive the call that started them (see unpin_when_written).
         self.background: set[asyncio.Task[None]] = set()
+        #: effect key -> set when the outcome of this executor's call holding it is
+        #: written: calls of this executor that met that claim in flight wait for it
+        self.waiters: dict[str, asyncio.Event] = {}
         #: running effect calls' leases, renewed on one timer
         self.leases = Leases(clock, lease_s, self.record)
 
@@ -227,6 +235,15 @@ class Pipeline:
             error_kind=error.kind,
             error=_scrub(str(error), run),
         )
+
+    def wake(self, run: _Run) -> None:
+        """``run``'s outcome is written (or will never be): wake the calls waiting for
+        the effect key it held."""
+        call = run.call
+        if call is not None and call.effect_key is not None:
+            waiting = self.waiters.pop(call.effect_key, None)
+            if waiting is not None:
+                waiting.set()
 
     def unpin_when_written(self, run_id: str) -> None:
         """The caller was cancelled while its outcome was being appended; the append may

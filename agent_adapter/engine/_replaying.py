@@ -69,8 +69,9 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
     outcome: Event | None = None
     async for event in pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
         if event.is_outcome:
+            # The last: earlier attempts of the call id ended in in-flight refusals,
+            # which are not final (redecided); the call's outcome is its last attempt's.
             outcome = event
-            break
     if outcome is None:
         if ctx.run_id in pipe.state.pinned:
             # The first call finished a moment ago and its outcome is still being written.

@@ -45,6 +45,7 @@ from ..ledger import (
     status_after_outcome,
     status_after_resolve,
 )
+from ._holders import holder_gone
 
 __all__ = ["EffectState", "Projection"]
 
@@ -66,16 +67,23 @@ class EffectState(msgspec.Struct, kw_only=True):
     pid: int = 0
     host: str = ""
     lease_until: float = 0.0
+    pid_start: int = 0
 
-    def status_at(self, now: float, margin_s: float) -> str:
-        """The key's status as a reader at ``now`` (its clock) sees it: a claim with no
-        outcome is ``in flight`` while its lease is live and ``ambiguous`` once it has
-        expired (the holder died); ``claimed`` for one with no lease that this process
-        heard of live (an older writer's: it may still be running)."""
+    def status_at(self, now: float, margin_s: float, host: str = "") -> str:
+        """The key's status as a reader at ``now`` (its clock) on ``host`` sees it: a
+        claim with no outcome is ``in flight`` while its lease is live and ``ambiguous``
+        once it has expired (the holder died), or at once when the holder ran on
+        ``host`` and its process is gone (``holder_gone``: a crash and a restart on one
+        host need not wait out the lease); ``claimed`` for one with no lease that this
+        process heard of live (an older writer's: it may still be running)."""
         status = self.status
         if status != "claimed" or not self.lease_until:
             return status
-        return IN_FLIGHT if lease_live(self.lease_until, now, margin_s) else AMBIGUOUS
+        if not lease_live(self.lease_until, now, margin_s):
+            return AMBIGUOUS
+        if host and self.host == host and holder_gone(self.pid, self.pid_start):
+            return AMBIGUOUS
+        return IN_FLIGHT
 
     def holder_text(self) -> str:
         """``executor X (pid P on host H)``, for messages."""
@@ -134,7 +142,8 @@ class Projection:
         self._remembered = 0
         # The next eviction pass runs once more than this many calls are remembered.
         self._evict_at: float = remember if remember is not None else math.inf
-        #: (run_id, call_id) -> (digest of the call as requested, outcome tag)
+        #: (run_id, call_id) -> (digest of the call as requested, outcome tag; IN_FLIGHT
+        #: for an in-flight refusal, which is not final: the call id decides again)
         self.outcomes: dict[CallKey, tuple[str | None, str]] = {}
         self.inflight: dict[CallKey, _InFlight] = {}
         self.run_calls: dict[str, int] = {}
@@ -244,6 +253,7 @@ class Projection:
             pid=event.pid,
             host=event.host,
             lease_until=event.lease_until,
+            pid_start=event.pid_start,
         )
         call = self._tracked(event)
         self.count(event.run_id, call)
@@ -301,6 +311,8 @@ class Projection:
         tag = _TAG_OF.get(cls)
         if tag is None:
             tag = _TAG_OF[cls] = event.type
+        if cls is CallAmbiguous and event.in_flight:  # type: ignore[attr-defined]
+            tag = IN_FLIGHT  # not final: a repeat of the call id decides again (redecided)
         if cls in _COUNT_ALWAYS or (
             cls in _COUNT_IF_MARKED and event.counted  # type: ignore[attr-defined]
         ):

@@ -21,6 +21,7 @@ from ._effect_keys import (
     IN_FLIGHT,
     lease_live,
     lease_text,
+    redecided,
     status_after_outcome,
     status_after_resolve,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "parse_export_line",
     "recordable",
     "recordable_text",
+    "redecided",
     "replay",
     "status_after_outcome",
     "status_after_resolve",

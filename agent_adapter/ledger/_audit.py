@@ -33,6 +33,7 @@ from ._effect_keys import (
     DEFAULT_SKEW_MARGIN_S,
     lease_live,
     lease_text,
+    redecided,
     status_after_outcome,
     status_after_resolve,
 )
@@ -134,6 +135,12 @@ class CallRecord(msgspec.Struct, kw_only=True):
     #: the effect key this call claimed, and what became of it
     effect: EffectRecord | None = None
     events: list[Event] = []
+    #: attempts of the call id: each after the first follows an in-flight refusal, which
+    #: is not final (``redecided``); ``outcome``, ``outcomes`` and ``ran_digest`` are the
+    #: last attempt's, and each attempt has its own ``call.requested`` and one outcome
+    attempts: int = 1
+    #: the outcome so far is an in-flight refusal: a later attempt may follow it
+    redecidable: bool = False
 
     @property
     def started(self) -> bool:
@@ -385,12 +392,22 @@ def replay(
                 run_id=event.run_id, call_id=event.call_id, tool=event.tool, events=[]
             )
         record.events.append(event)
-        if cls is CallValidated:
+        if cls is CallRequested and record.redecidable:
+            # The same call asked again after an in-flight refusal: a new attempt, which
+            # ends with its own outcome (every call.requested has exactly one).
+            record.attempts += 1
+            record.redecidable = False
+            record.outcome = None
+            record.outcomes = 0
+            record.duration_ms = None
+            record.ran_digest = None
+        elif cls is CallValidated:
             record.digest = cast(CallValidated, event).digest
         elif cls is CallStarted:
             record.ran_digest = cast(CallStarted, event).digest
         elif cls in outcomes:
             record.outcomes += 1
+            record.redecidable = record.outcome is None and redecided(event)
             if record.outcome is None:
                 record.outcome = tag = event.type
                 record.duration_ms = cast(_Outcome, event).duration_ms

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 
-from ._events import CallBlocked, CallFailed, CallSucceeded, EffectResolved, Event
+from ._events import CallAmbiguous, CallBlocked, CallFailed, CallSucceeded, EffectResolved, Event
 
 __all__ = [
     "AMBIGUOUS",
@@ -42,6 +42,7 @@ __all__ = [
     "IN_FLIGHT",
     "lease_live",
     "lease_text",
+    "redecided",
     "status_after_outcome",
     "status_after_resolve",
 ]
@@ -80,6 +81,20 @@ def status_after_outcome(outcome: Event) -> str:
     if isinstance(outcome, CallFailed) and (outcome.error_kind == "tool-error" or not outcome.ran):
         return FREE
     return AMBIGUOUS
+
+
+def redecided(outcome: Event) -> bool:
+    """True for an outcome that is not final for its call id: an in-flight refusal
+    (``call.ambiguous`` with ``in_flight``: the holder was alive, "retry later").
+
+    It is the outcome of that attempt only: the same (run_id, call_id) asked again
+    decides again, as a new attempt that opens with its own ``call.requested`` and ends
+    with its own outcome (in flight again, a duplicate once the holder committed,
+    ambiguous once it is dead). So every ``call.requested`` still has exactly one
+    outcome, and a call's final outcome is its last attempt's. Ledgers written before
+    this rule hold such a refusal as a last outcome: they read and audit as before.
+    """
+    return type(outcome) is CallAmbiguous and outcome.in_flight
 
 
 def status_after_resolve(event: EffectResolved) -> str:

@@ -192,7 +192,8 @@ class ApprovalConsumed(Event, kw_only=True, omit_defaults=True, tag="approval.co
 class EffectClaimed(Event, kw_only=True, omit_defaults=True, tag="effect.claimed"):
     """The call claimed the effect ``key`` for arguments with ``digest``.
 
-    The holder (``holder``: the executor's id, ``pid`` on ``host``) keeps the key *in
+    The holder (``holder``: the executor's id, ``pid`` started at ``pid_start`` on
+    ``host``) keeps the key *in
     flight* until ``lease_until`` (its clock), renewed by ``effect.renewed`` while the
     body runs. A claim with no lease (``lease_until`` 0: written by an older version)
     has no holder to ask: once replayed, its key is ambiguous as it always was.
@@ -204,6 +205,10 @@ class EffectClaimed(Event, kw_only=True, omit_defaults=True, tag="effect.claimed
     pid: int = 0
     host: str = ""
     lease_until: float = 0.0
+    #: the holder process's start time (Linux: clock ticks since boot, /proc/<pid>/stat
+    #: field 22; 0: not known, or an older version's claim), so that a reader on its host
+    #: tells the holder's pid from a later process that reuses it
+    pid_start: int = 0
 
 
 class EffectRenewed(Event, kw_only=True, omit_defaults=True, tag="effect.renewed"):

@@ -16,7 +16,7 @@ from _helpers import (
 )
 
 from agent_adapter import CallbackApproval, CallContext, Executor, Registry, RunLimits
-from agent_adapter.errors import AmbiguousEffect, RunLimitExceeded
+from agent_adapter.errors import DuplicateEffect, RunLimitExceeded
 from agent_adapter.ledger import CallCancelled, MemoryLedger
 
 pytestmark = pytest.mark.usefixtures("every_call_has_one_outcome")
@@ -74,8 +74,8 @@ async def test_500_concurrent_calls(clock: Any) -> None:
 
 
 async def test_concurrent_claims_of_one_effect_key(clock: Any) -> None:
-    """Of 50 concurrent calls for one effect key, exactly one runs; the rest are told the
-    key is in flight (its holder is alive), a kind of AmbiguousEffect."""
+    """Of 50 concurrent calls for one effect key, exactly one runs; the rest, calls of the
+    holder's own executor, wait for its outcome and are told it is a duplicate."""
     gate = Gate(1)
     registry = Registry()
     ran = []
@@ -96,8 +96,8 @@ async def test_concurrent_claims_of_one_effect_key(clock: Any) -> None:
     gate.release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     kinds = Counter(type(r).__name__ for r in results)
-    assert (len(ran), kinds) == (1, Counter({"int": 1, "EffectInFlight": 49}))
-    assert all(isinstance(r, int | AmbiguousEffect) for r in results)
+    assert (len(ran), kinds) == (1, Counter({"int": 1, "DuplicateEffect": 49}))
+    assert all(isinstance(r, int | DuplicateEffect) for r in results)
     await assert_one_outcome_each(ledger)
 
 

@@ -11,6 +11,7 @@ import pytest
 from _helpers import (
     assert_one_outcome_each,
     every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    own_pid_start,
     recorded,
     timeline,
     types,
@@ -112,6 +113,7 @@ async def test_committed_key_refuses_a_duplicate_with_the_same_args(clock: Any) 
             pid=os.getpid(),
             host=socket.gethostname(),
             lease_until=1030.0,
+            pid_start=own_pid_start(),
         ),
         "refund:A1",
     )
@@ -190,37 +192,45 @@ async def test_failure_after_start_makes_the_key_ambiguous(clock: Any, failure: 
     assert t.executor.ambiguous_effects() == {"refund:A1": ("r1", "c1")}
 
 
-async def test_cancel_after_start_makes_the_key_ambiguous(clock: Any) -> None:
-    """A call cancelled in its body leaves its effect key ambiguous."""
+async def test_cancel_during_the_body_is_held_until_its_outcome(clock: Any) -> None:
+    """A call cancelled in its body finishes the body first: its real outcome is recorded
+    (the key committed, never ambiguous), then the caller gets CancelledError."""
     t = Refunds(clock)
     t.gate = asyncio.Event()
     task = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
     task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done()
+    t.gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    t.gate = None
-    with pytest.raises(AmbiguousEffect):
+    assert (await types(t.ledger))[-1] == "call.succeeded"
+    with pytest.raises(DuplicateEffect):
         await t.run("c2")
-    assert t.executor.ambiguous_effects() == {"refund:A1": ("r1", "c1")}
+    assert t.executor.ambiguous_effects() == {}
 
 
 async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:
-    """While a call holding the key runs, another call for the key is refused as in flight
+    """While a call holding the key runs, another executor's call for the key is refused
+    as in flight
     (EffectInFlight, an AmbiguousEffect), naming the holder and its lease, with a message
     that does not suggest resolving the key (that would run it twice)."""
     t = Refunds(clock)
+    # Another executor on the same ledger (a call of the holder's own executor waits).
+    other = Executor(t.registry, ledger=t.ledger, clock=clock)
+    await other.start()
     t.gate = asyncio.Event()
     first = asyncio.create_task(t.run("c1"))
     await t.entered.wait()
     with pytest.raises(EffectInFlight) as info:
-        await t.run("c2")
+        await other.run_spec(t.spec, {"order_id": "A1", "amount": 5}, ctx("c2"))
     ex = t.executor
     assert str(info.value) == (
         f"effect refund:A1 is in flight: held by executor {ex.executor_id} (pid "
         f"{os.getpid()} on host {socket.gethostname()}) for call c1 (run r1), lease until "
-        "1970-01-01 00:17:10 UTC; it does not run twice: retry later as a new call, once "
-        "that call has finished (this call id keeps this answer)"
+        "1970-01-01 00:17:10 UTC; it does not run twice: retry later, once that call has "
+        "finished (the same call id decides again)"
     )
     assert "resolve" not in str(info.value)
     assert (info.value.kind, info.value.holder, info.value.lease_until) == (

@@ -71,6 +71,14 @@ class World:
                 raise GuardrailBlocked("not used")
             return f"done {key}"
 
+        @self.registry.tool
+        async def pause(key: str) -> str:
+            # No effect key: a cancel reaches the body (an effect body is shielded).
+            self.runs += 1
+            self.entered.set()
+            await self.gate.wait()
+            return f"done {key}"
+
         @self.registry.tool(redact_result=True)
         async def secret() -> str:
             self.runs += 1
@@ -211,13 +219,13 @@ async def test_repeat_with_other_arguments_is_a_usage_error(clock: Any) -> None:
 async def test_repeat_of_a_cancelled_call_is_a_usage_error(clock: Any) -> None:
     """A cancelled call has no value to replay: ToolUsageError saying so."""
     w = World(clock)
-    task = asyncio.create_task(w.call("act", {"key": "k", "mode": "wait"}))
+    task = asyncio.create_task(w.call("pause", {"key": "k"}))
     await w.entered.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     with pytest.raises(ToolUsageError) as info:
-        await w.call("act", {"key": "k", "mode": "wait"})
+        await w.call("pause", {"key": "k"})
     assert str(info.value) == "call c1 was cancelled; it has no value to replay"
     assert w.runs == 1
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
-from _helpers import timeline
+from _helpers import own_pid_start, timeline
 
 from agent_adapter import (
     CallContext,
@@ -144,6 +144,7 @@ def _claimed(holder: Executor, ids: dict[str, Any]) -> EffectClaimed:
         pid=os.getpid(),
         host=socket.gethostname(),
         lease_until=1000.0 + holder.lease_s,
+        pid_start=own_pid_start(),
     )
 
 

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from _helpers import (
     every_call_has_one_outcome,  # noqa: F401 (a fixture)
+    own_pid_start,
     timeline,
 )
 
@@ -132,6 +133,7 @@ async def test_a_call_is_one_span_under_the_host_span(clock: Any) -> None:
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
                 "lease_until": 1000.0 + executor.lease_s,
+                "pid_start": own_pid_start(),
             },
             ns(1000.0),
         ),

@@ -54,6 +54,7 @@ class Tools:
 
     def __init__(self) -> None:
         self.entered = asyncio.Event()
+        self.body_task: asyncio.Task[Any] | None = None
         self.registry = Registry()
         never = asyncio.Event()
 
@@ -63,6 +64,9 @@ class Tools:
 
         @self.registry.tool(effect="pay:{order_id}", timeout=0.05, output_guards=[hide])
         async def pay(order_id: str, how: str) -> str:
+            # The body's own task: a started effect body is shielded from its caller's
+            # cancel, so a test cancels this one (as a loop shutting down would).
+            self.body_task = asyncio.current_task()
             self.entered.set()
             if how == "tool-error":
                 raise ToolError("declined before charging")
@@ -118,7 +122,8 @@ async def run_outcome(store: Store, how: str) -> list[Event] | None:
         )
         await tools.entered.wait()  # the body started: call.started is durable
         left = [e async for e in ledger.read()] if how == "died" else None
-        task.cancel()
+        assert tools.body_task is not None
+        tools.body_task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         return left

@@ -13,7 +13,7 @@ import pytest
 from _child import Child
 
 from agent_adapter import Executor
-from agent_adapter.errors import AmbiguousEffect, DuplicateEffect, ToolUsageError
+from agent_adapter.errors import AmbiguousEffect, DuplicateEffect, EffectInFlight
 from agent_adapter.ledger import (
     CallAmbiguous,
     CallDuplicate,
@@ -36,13 +36,13 @@ def later() -> float:
 
 
 def without_holders(events: list[Event]) -> list[Event]:
-    """``events`` with each claim's holder (a random executor id, the writer's pid) and
-    the chain fields (which cover them) blanked, for comparing two runs' ledgers."""
+    """``events`` with each claim's holder (a random executor id, the writer's pid and its
+    start) and the chain fields (which cover them) blanked, for comparing two runs' ledgers."""
     out: list[Event] = []
     for e in events:
         if isinstance(e, EffectClaimed):
             assert e.holder and e.pid and e.host and e.lease_until == e.ts + 30.0
-            e = msgspec.structs.replace(e, holder="", pid=0)
+            e = msgspec.structs.replace(e, holder="", pid=0, pid_start=0)
         out.append(msgspec.structs.replace(e, prev="", hash=""))
     return out
 
@@ -130,14 +130,19 @@ async def test_kill_during_effect_body_leaves_an_ambiguous_call(
             key="charge:A1",
         )
     ]
-    # Read at once, the killed holder's lease is still live: in flight, not resolvable.
+    # The claim names its holder's process by pid and start time (/proc, field 22).
+    assert claim.pid_start > 0
+    # Read at once on the same host, its lease still live: the killed holder's pid is gone,
+    # so the key is ambiguous at once, not "in flight, retry later" for the whole lease.
     async with await Executor.open(worker.build_registry(), ledger=SQLiteLedger(path)) as executor:
         assert (executor.ambiguous_effects(), list(executor.in_flight_effects())) == (
-            {},
-            ["charge:A1"],
+            {"charge:A1": ("r1", "c1")},
+            [],
         )
-        with pytest.raises(ToolUsageError, match="is in flight, not ambiguous"):
-            await executor.resolve_effect("charge:A1", outcome="failed", reviewer="ops")
+        with pytest.raises(AmbiguousEffect) as at_once:
+            await executor.call("charge", {"order_id": "A1"}, run_id="r3", call_id="c3")
+        assert not isinstance(at_once.value, EffectInFlight)
+        assert "is no longer running (its process is gone)" in str(at_once.value)
     # Once its lease has expired (the reader's clock an hour on), the key is ambiguous.
     async with await Executor.open(
         worker.build_registry(), ledger=SQLiteLedger(path), clock=later

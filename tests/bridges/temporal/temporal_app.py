@@ -105,7 +105,7 @@ async def running_worker(
 
 
 _VOLATILE = {"seq", "ts", "prev", "hash", "duration_ms", "request_id", "outcome_seq"}
-_HOLDER = ("holder", "pid", "host", "lease_until")
+_HOLDER = ("holder", "pid", "host", "lease_until", "pid_start")
 
 
 async def ledger_view(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
@@ -128,7 +128,7 @@ async def ledger_view(path: Path) -> tuple[list[dict[str, Any]], list[str], bool
         if data["type"] == "effect.claimed":
             # The claim names its holder (the worker's executor, pid, host; they vary per
             # run) and a lease: checked here, then left out of the view.
-            holder = {k: data.pop(k) for k in _HOLDER}
+            holder = {k: data.pop(k, 0) for k in _HOLDER}
             assert len(holder["holder"]) == 12 and holder["pid"] > 0 and holder["host"], holder
             assert holder["lease_until"] > data["ts"], holder
         data = {k: v for k, v in data.items() if k not in _VOLATILE}

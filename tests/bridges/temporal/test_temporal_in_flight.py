@@ -181,8 +181,9 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
 ) -> None:
     """The holder raises ToolError (it did nothing: the key is freed); the retry runs the
     refund, and a repeat of that attempt (a crash after the commit) is answered from the
-    ledger: the body ran once. A first attempt under an id already refused (a workflow
-    that asks again) replays the refusal, still retryable, and the walk moves on."""
+    ledger: the body ran once. A first attempt under an id already refused in flight (a
+    workflow that asks again) decides again (the refusal is not final: a new attempt of
+    that id, refused in flight again while the holder runs), and the walk moves on."""
     ran: list[str] = []
     path = tmp_path / "ledger.db"
     holder = Holder(tmp_path / "effects.log", fail=True)
@@ -202,7 +203,7 @@ async def test_the_retry_of_a_call_refused_in_flight_runs_once_the_key_is_freed(
         ["A1"],
     )
     assert await _calls(path, "wf-1") == {
-        "c1": [*REFUSED, "call.replayed"],
+        "c1": [*REFUSED, *REFUSED],
         "c1#2": [
             "call.requested",
             "call.validated",
@@ -330,8 +331,8 @@ def _by_call(view: list[dict[str, Any]], wf: str) -> tuple[list[dict[str, Any]],
                 assert reason.startswith("effect refund:A1 is in flight: held by executor "), reason
                 assert "for call h1 (run holder-run)" in reason, reason
                 assert reason.endswith(
-                    "retry later as a new call, once that call has finished "
-                    "(this call id keeps this answer)"
+                    "retry later, once that call has finished "
+                    "(the same call id decides again)"
                 ), reason
             calls.setdefault(event["call_id"], []).append(event)
     return holder, list(calls.values())

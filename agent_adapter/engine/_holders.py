@@ -1,0 +1,62 @@
+"""Is an effect claim's holder process still running? Asked of holders on this host only.
+
+A claim records its holder's pid and the process's start time (``pid_start``: Linux
+``/proc/<pid>/stat`` field 22, clock ticks since boot). On the holder's own host a reader
+can tell a dead holder at once, without waiting out its lease: no such pid, a zombie
+(killed, not yet reaped), or a pid now running another process (another start time).
+Anywhere the answer cannot be had (another OS, no ``/proc``), the holder counts as alive
+and its lease decides, as before: a live holder is never taken for a dead one by guess.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["holder_gone", "process_start"]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on; None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # Field 2 (the command) is in parentheses and may hold spaces or ")": split after
+    # the last one.
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def process_start(pid: int) -> int:
+    """The start time of process ``pid`` in clock ticks since boot (0: not known)."""
+    fields = _stat(pid)
+    if fields is None or len(fields) < 20:
+        return 0
+    try:
+        return int(fields[19])  # field 22; fields[0] is field 3
+    except ValueError:
+        return 0
+
+
+def holder_gone(pid: int, pid_start: int) -> bool:
+    """True when process ``pid`` (started at ``pid_start``, 0: not recorded) on this host
+    is certainly not running: no such process, a zombie, or another process's start."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass  # it exists (another user's: PermissionError), or we cannot tell
+    fields = _stat(pid)
+    if fields is None:
+        return False
+    if fields and fields[0] in ("Z", "X"):
+        return True  # killed, not yet reaped by its parent: it runs nothing
+    if pid_start and len(fields) >= 20:
+        try:
+            return int(fields[19]) != pid_start
+        except ValueError:
+            return False
+    return False
