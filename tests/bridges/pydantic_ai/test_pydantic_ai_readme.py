@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[3] / "README.md"
-
-
-def _example(tag: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
-    assert len(found) == 1, f"README has {len(found)} examples tagged {tag!r}"
-    return found[0]
+from test_readme import README, _example
 
 
 def test_the_pydantic_ai_example_prints_what_the_readme_says() -> None:
