@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_mcp_cli import env
+from test_mcp_cli import start_http as start_cli_http
 
 from agent_adapter.ledger import SQLiteLedger
 
@@ -42,10 +43,6 @@ UNREADABLE: list[tuple[str, Any, int]] = [
     ("[]", None, -32600),
     ("5", None, -32600),
 ]
-
-
-def env(log: Path) -> dict[str, str]:
-    return {**os.environ, "MCP_TEST_LOG": str(log), "NO_COLOR": "1"}
 
 
 class Stdio:
@@ -198,32 +195,9 @@ async def test_stdio_arguments_with_a_lone_surrogate_are_recorded_invalid(
 
 
 async def start_http(db: Path, log: Path) -> tuple[asyncio.subprocess.Process, int]:
-    """`mcp serve --http 127.0.0.1:0` and the port it announces on stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "mcp",
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-        "--db",
-        str(db),
-        "--tools",
-        "_mcp_tools:registry",
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env(log),
-        cwd=HERE,
-    )
-    assert proc.stderr is not None
-    async with asyncio.timeout(60):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            if not line:
-                raise AssertionError("mcp serve exited before serving")
-            if "serving MCP on " in line:
-                url = line.split("serving MCP on ", 1)[1].strip()
-                return proc, int(url.rsplit(":", 1)[1].split("/")[0])
+    """`mcp serve --http 127.0.0.1:0` on the test registry, and the port it announces."""
+    proc, url = await start_cli_http("--db", str(db), "--tools", "_mcp_tools:registry", log=log)
+    return proc, int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 def post(port: int, body: str, headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
