@@ -1,20 +1,14 @@
-"""The README's examples run as written."""
+"""The examples of README.md and docs/ run as written."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from _docs import README, page
+from _docs import example as _example
 
-
-def _example(tag: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
-    assert len(found) == 1, f"README has {len(found)} examples tagged {tag!r}"
-    return found[0]
+__all__ = ["README", "_example"]
 
 
 def test_engine_example_runs_and_prints_the_audit() -> None:
@@ -71,4 +65,6 @@ def test_bridge_contract_example_prints_what_the_readme_says() -> None:
         "refunded 500 on A1",
         "approval-denied",
     ]
-    assert "prints `refunded 500 on A1` twice, then `approval-denied`" in README.read_text()
+    assert "prints `refunded 500 on A1` twice, then `approval-denied`" in page(
+        "bridges/writing-a-bridge.md"
+    )

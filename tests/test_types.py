@@ -8,13 +8,13 @@ later runs only what changed.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from _docs import blocks as docs_blocks
+
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
 # One cache per way of finding the package: as the checkout's source files, or installed
 # (from another directory). Shared, each would make the other re-analyse everything.
 PACKAGE_CACHE = REPO / ".mypy_cache"
@@ -52,7 +52,7 @@ def _mypy(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str
 
 def _readme_examples() -> dict[str, str]:
     """Every ``# example: TAG`` block of the README (the ones tests run), by tag."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = [body for _, body in docs_blocks("python")]
     found = {}
     for block in blocks:
         first, _, _ = block.partition("\n")

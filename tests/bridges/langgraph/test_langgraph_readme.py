@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from test_readme import README, _example
+from _docs import example as _example
+from _docs import page
 
 
 def test_the_langgraph_example_prints_what_the_readme_says() -> None:
@@ -24,7 +25,7 @@ def test_the_langgraph_example_prints_what_the_readme_says() -> None:
         "refunded 500 on A1",
         "Refunded order A1.",
     ]
-    text = README.read_text()
+    text = page("bridges/langgraph.md")
     assert (
         "It prints `review: refund {'order_id': 'A1', 'amount_cents': 500} thread-1 call_1`" in text
     )

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import mcp_types as types
 import pytest
+from _docs import page
 from mcp import Client, StdioServerParameters
 
 pytestmark = pytest.mark.usefixtures("bounded")
 
-README = Path(__file__).resolve().parents[3] / "README.md"
 BIN = Path(sys.executable).parent
 
 
 def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return {
+        "MCP gateway": page("bridges/mcp.md"),
+        "Writing a bridge: the conformance kit": page("bridges/writing-a-bridge.md"),
+    }[title]
 
 
 def block(text: str, lang: str, first_line: str | None = None) -> str:

@@ -9,19 +9,17 @@ import re
 import sys
 from pathlib import Path
 
+from _docs import example
+
 from agent_adapter.ledger import SQLiteLedger, replay
 
-README = Path(__file__).resolve().parents[3] / "README.md"
 #: Every wait on a child is bounded: a broken test fails instead of hanging.
 TIMEOUT_S = 60.0
 
 
 def block(language: str, tag: str) -> str:
     """The README's one ``language`` block that starts with ``# example: tag``."""
-    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
-    found = [b for b in blocks if b.startswith(f"# example: {tag}\n")]
-    assert len(found) == 1, f"README has {len(found)} {language} examples tagged {tag!r}"
-    return str(found[0])
+    return example(tag, language)
 
 
 def environment() -> dict[str, str]:

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
+from _docs import example as docs_example
 from agents import Agent, RunConfig, Runner, Tool
 from agents.testing import ScriptedModel as _ScriptedModel
 from agents.testing import assistant_message, function_call
 
 from agent_adapter import ApprovalRequest, CallbackApproval, Executor, Registry
-
-README = Path(__file__).resolve().parents[3] / "README.md"
 
 # Verbatim from the bridge's contract (seeds/000, "Run and approve").
 SNIPPET = """\
@@ -90,10 +87,7 @@ async def test_the_run_and_approve_snippet_runs_as_written() -> None:
 
 def test_the_readme_copy_runs() -> None:
     """The README's ``# example: openai-agents`` block runs and prints the review and the answer."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    found = [b for b in blocks if b.startswith("# example: openai-agents\n")]
-    assert len(found) == 1, "the README must show exactly one '# example: openai-agents' block"
-    [example] = found
+    example = docs_example("openai-agents")
     missing = [line for line in SNIPPET.splitlines() if line.strip() not in example]
     assert missing == []  # the README shows the contract's snippet, line for line
     done = subprocess.run(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from test_readme import README, _example
+from _docs import example as _example
+from _docs import page
 
 
 def test_the_pydantic_ai_example_prints_what_the_readme_says() -> None:
@@ -23,6 +24,5 @@ def test_the_pydantic_ai_example_prints_what_the_readme_says() -> None:
         "review: refund {'order_id': 'A1', 'amount_cents': 500} {'integration': 'pydantic_ai'}",
         "success: refunded 500 on A1",
     ]
-    text = README.read_text()
+    text = page("bridges/pydantic-ai.md")
     assert all(f"`{line}`" in text for line in lines)
-    assert text.index("## pydantic-ai") < text.index("## MCP gateway")

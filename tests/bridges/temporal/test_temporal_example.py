@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import socket
 import sys
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _docs import blocks as docs_blocks
 from temporal_support import require
 
 require()
@@ -135,8 +135,7 @@ async def test_the_reviewer_refuses_what_cannot_be_recorded(
 @pytest.mark.parametrize("source", ["worker.py", "workflow.py"])
 async def test_the_readme_blocks_are_the_examples_code(source: str) -> None:
     """The README's Temporal blocks are verbatim parts of the example the tests run."""
-    readme = (EXAMPLE.parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    blocks = [body for _, body in docs_blocks("python")]
     # (Marked as parts, not "# example:": those are whole programs that other tests run.)
     found = [b for b in blocks if b.startswith(f"# part of examples/temporal/{source}\n")]
     assert len(found) == 1
