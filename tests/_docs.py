@@ -11,8 +11,8 @@ DOCS = REPO / "docs"
 
 
 def pages() -> list[Path]:
-    """README.md and every page under docs/ (the pages a newcomer reads)."""
-    return [README, *sorted(DOCS.rglob("*.md"))]
+    """README.md, every page under docs/ and the benchmarks' README (what a newcomer reads)."""
+    return [README, *sorted(DOCS.rglob("*.md")), REPO / "benchmarks" / "README.md"]
 
 
 def page(name: str) -> str:
