@@ -29,7 +29,15 @@ from ._chain import Record, Verification, columns_match, verify_records
 from ._head import check_head, parse_head_seq
 from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD
-from ._sqlite_mark import Mark, MarkUnreadable, lost_message, mark_path, read_mark, replaced_message
+from ._sqlite_mark import (
+    Mark,
+    MarkUnreadable,
+    lost_message,
+    mark_path,
+    missing_message,
+    read_mark,
+    replaced_message,
+)
 
 _COLUMNS = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events"
 _SCAN = f"{_COLUMNS} ORDER BY seq"
@@ -182,8 +190,10 @@ def _verify_file(
             return _damaged_file(problems)
     if mark is None and not mark_problem:
         note = (
-            f"no mark file beside it ({mark_path(path)}): events lost with a damaged WAL "
-            "cannot be detected until a writer opens it"
+            missing_message(path, result.checked)
+            if result.checked
+            else f"no mark file beside it ({mark_path(path)}): events lost with a damaged "
+            "WAL cannot be detected until a writer opens it"
         )
         return Verification(
             ok=True, checked=head.checked, reason=f"{head.reason}; {note}" if head.reason else note

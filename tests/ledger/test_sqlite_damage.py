@@ -416,26 +416,79 @@ async def test_a_damaged_mark_is_reported_and_kept(
     assert mark_of(path).read_bytes() == damaged
 
 
-async def test_read_only_never_creates_or_writes_the_mark(tmp_path: Path) -> None:
+def missing(path: Path, seq: int) -> str:
+    """What a ledger of ``seq`` events opened without its mark file says (open, verify)."""
+    return (
+        f"its mark file {path}-mark was missing though the ledger holds {seq} event(s) "
+        "(restored from a backup of the .db and -wal only, or written before marks were "
+        "kept): events a damaged WAL lost before then cannot be detected; a backup must "
+        "include the -mark file"
+    )
+
+
+async def test_read_only_never_creates_or_writes_the_mark(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without a mark (a ledger from before marks, or copied alone), a read-only ledger
-    reads and verifies, says what it cannot detect, and creates nothing; a writer
-    creates the mark at the table's end."""
+    reads and verifies, says what it cannot detect (one warning at open, the line in
+    verify), and creates nothing; a writer creates the mark at the table's end."""
     path = tmp_path / "l.db"
     events = await fill(path, 3)
     mark_of(path).unlink()
     before = snapshot(tmp_path)
-    async with SQLiteLedger(path, readonly=True) as ledger:
-        assert await read_all(ledger) == events
-        assert await ledger.verify() == Verification(
-            ok=True,
-            checked=3,
-            reason=f"no mark file beside it ({path}-mark): events lost with a damaged WAL "
-            "cannot be detected until a writer opens it",
-        )
+    with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+        async with SQLiteLedger(path, readonly=True) as ledger:
+            assert await read_all(ledger) == events
+            assert await ledger.verify() == Verification(
+                ok=True, checked=3, reason=missing(path, 3)
+            )
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", f"ledger {path}: {missing(path, 3)}", None)
+    ]
     assert snapshot(tmp_path) == before
     async with SQLiteLedger(path) as ledger:
-        assert await ledger.verify() == Verification(ok=True, checked=3)
+        assert await ledger.verify() == Verification(ok=True, checked=3, reason=missing(path, 3))
     assert mark_seq(path) == 3
+
+
+async def test_a_writer_without_its_mark_file_says_so_once_at_open_and_in_verify(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger restored from a backup of the .db and -wal only: the writer that opens it
+    logs one warning (no traceback) and every verify of that ledger object says that
+    earlier WAL losses cannot be detected; the new mark protects what follows, so the
+    next open says nothing and verifies plainly. An empty new ledger says nothing."""
+    path = tmp_path / "l.db"
+    with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+        await fill(path, 3)
+        assert caplog.records == []
+        mark_of(path).unlink()
+        async with SQLiteLedger(path) as ledger:
+            first = await ledger.verify()
+            await ledger.append(requested("c3"))
+            second = await ledger.verify()
+        assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+            ("WARNING", f"ledger {path}: {missing(path, 3)}", None)
+        ]
+        caplog.clear()
+        async with SQLiteLedger(path) as ledger:
+            again = await ledger.verify()
+    assert first == Verification(ok=True, checked=3, reason=missing(path, 3))
+    assert second == Verification(ok=True, checked=4, reason=missing(path, 3))
+    assert again == Verification(ok=True, checked=4)
+    assert caplog.records == []
+    assert mark_seq(path) == 4
+
+
+def test_ledger_verify_says_the_mark_file_is_missing(tmp_path: Path) -> None:
+    """``agent-adapter ledger verify`` of a ledger copied without its -mark: exit 0, the
+    line says what cannot be detected and what a backup must include; no traceback."""
+    path = tmp_path / "l.db"
+    asyncio.run(fill(path, 2))
+    mark_of(path).unlink()
+    code, out, err = cli_verify(path)
+    assert (code, out) == (0, f"chain: intact (2 events verified; {missing(path, 2)})\n")
+    assert "Traceback" not in err
 
 
 async def test_a_keyed_ledger_keeps_a_keyed_mark(tmp_path: Path) -> None:
