@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -66,12 +67,15 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
             f"call {ctx.call_id} (run {ctx.run_id}) already ran with other arguments; "
             "a call id cannot be reused for new arguments"
         )
-    outcome: Event | None = None
-    async for event in pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
-        if event.is_outcome:
-            # The last: earlier attempts of the call id ended in in-flight refusals,
-            # which are not final (redecided); the call's outcome is its last attempt's.
-            outcome = event
+    outcome = await _last_outcome(pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id))
+    if outcome is None and ctx.run_id not in pipe.state.pinned:
+        # The projection has an outcome the read by (call, run) did not find: it went
+        # through an index that misses it (a damaged one). The table, in seq order, has it.
+        outcome = await _last_outcome(
+            event
+            async for event in pipe.ledger.read()
+            if event.run_id == ctx.run_id and event.call_id == ctx.call_id
+        )
     if outcome is None:
         if ctx.run_id in pipe.state.pinned:
             # The first call finished a moment ago and its outcome is still being written.
@@ -93,6 +97,16 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
         ]
     )
     return typed_result(spec, _replayed_value(pipe, outcome))
+
+
+async def _last_outcome(events: AsyncIterator[Event]) -> Event | None:
+    """The last outcome in ``events`` (one call's): earlier attempts of a call id ended in
+    in-flight refusals, which are not final (redecided); the call's is its last attempt's."""
+    outcome: Event | None = None
+    async for event in events:
+        if event.is_outcome:
+            outcome = event
+    return outcome
 
 
 def typed_result(spec: ToolSpec, value: Any) -> Any:
