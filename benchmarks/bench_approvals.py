@@ -15,8 +15,8 @@ and times, on that run's state or a copy made the same way:
 
 Ratios are to the ``SDK state.approve loop`` of the same N (the old bridge's floor).
 Times are the process's CPU time (``time.process_time``), so that a loaded shared
-machine's preemption stays out (all of it is CPU-bound). ``--quick`` runs N=64 only,
-with one repeat.
+machine's preemption stays out (all of it is CPU-bound). ``--quick`` runs N=16 only,
+with one repeat (a smoke run).
 
 Run: ``python benchmarks/bench_approvals.py [--quick]``.
 """
@@ -104,7 +104,7 @@ async def _sdk_loop(n: int) -> float:
 
 async def main() -> None:
     args = parse_args(__doc__ or "")
-    sizes = (64,) if args.quick else (64, 256)
+    sizes = (16,) if args.quick else (64, 256)
     repeats = 1 if args.quick else 3
     print(header())
     rows = []

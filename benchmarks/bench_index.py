@@ -87,7 +87,7 @@ def _scans(path: Path) -> None:
 
 async def main() -> None:
     args = parse_args(__doc__ or "")
-    runs = 100 if args.quick else RUNS
+    runs = 20 if args.quick else RUNS
     rounds = 3 if args.quick else 7
     print(header())
     with tempfile.TemporaryDirectory() as tmp:
