@@ -213,7 +213,7 @@ def _open_to_everyone(top: Path) -> None:
 
 def read_only_ledger(user: OtherUser, source: Path) -> Iterator[Path]:
     """``source`` copied to a chmod 0444 file in a chmod 0555 directory the other user
-    can reach; removed afterwards."""
+    can reach, with its -mark (a copy without it says so at open); removed afterwards."""
     top = Path(tempfile.mkdtemp(prefix="ro-", dir=user.workdir))
     top.chmod(0o755)
     directory = top / "ro"
@@ -221,6 +221,11 @@ def read_only_ledger(user: OtherUser, source: Path) -> Iterator[Path]:
     path = directory / "ledger.db"
     path.write_bytes(source.read_bytes())
     path.chmod(0o444)
+    mark = Path(f"{source}-mark")
+    if mark.exists():
+        copied = Path(f"{path}-mark")
+        copied.write_bytes(mark.read_bytes())
+        copied.chmod(0o444)
     directory.chmod(0o555)
     try:
         yield path

@@ -233,7 +233,12 @@ def _approval_text(record: Any) -> str:
 def verification_line(verification: Verification, style: Style) -> str:
     """One line: the chain is intact, broken at a named seq, or cannot be checked."""
     if verification.ok:
-        return style.paint("chain: intact", "green") + f" ({verification.checked} events verified)"
+        # An intact chain may still come with a limit of the check (no mark file): said.
+        note = f"; {verification.reason}" if verification.reason else ""
+        return (
+            style.paint("chain: intact", "green")
+            + f" ({verification.checked} events verified{note})"
+        )
     if verification.first_bad_seq is None:
         return style.paint("chain: cannot be checked", "yellow") + f": {verification.reason}"
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -20,6 +21,7 @@ from ..errors import (
     error_from_kind,
 )
 from ..ledger import (
+    IN_FLIGHT,
     CallAmbiguous,
     CallBlocked,
     CallCached,
@@ -56,7 +58,7 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
             f"call {ctx.call_id} (run {ctx.run_id}) already started and has no outcome "
             "(still running, or its process died); it does not run again"
         )
-    recorded_digest, _tag = recorded
+    recorded_digest, tag = recorded
     try:
         repeat_digest: str | None = _validated(spec, args)[1]
     except ToolArgsInvalid:
@@ -66,12 +68,19 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
             f"call {ctx.call_id} (run {ctx.run_id}) already ran with other arguments; "
             "a call id cannot be reused for new arguments"
         )
-    outcome: Event | None = None
-    async for event in pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id):
-        if event.is_outcome:
-            # The last: earlier attempts of the call id ended in in-flight refusals,
-            # which are not final (redecided); the call's outcome is its last attempt's.
-            outcome = event
+    outcome = await _last_outcome(pipe.ledger.read(run_id=ctx.run_id, call_id=ctx.call_id))
+    # (An in-flight refusal's tag is IN_FLIGHT, not its event type: nothing to compare.)
+    missed = outcome is None or (outcome.type != tag and tag != IN_FLIGHT)
+    if missed and ctx.run_id not in pipe.state.pinned:
+        # The projection has an outcome (of type ``tag``) that the read by (call, run) did
+        # not find: it went through an index that misses it (a damaged one), or found an
+        # earlier attempt's only. The table, read in seq order without an index, has it.
+        found = await _last_outcome(
+            event
+            async for event in pipe.ledger.read()
+            if event.run_id == ctx.run_id and event.call_id == ctx.call_id
+        )
+        outcome = found if found is not None else outcome
     if outcome is None:
         if ctx.run_id in pipe.state.pinned:
             # The first call finished a moment ago and its outcome is still being written.
@@ -93,6 +102,16 @@ async def _repeat(pipe: Pipeline, spec: ToolSpec, args: Any, ctx: CallContext) -
         ]
     )
     return typed_result(spec, _replayed_value(pipe, outcome))
+
+
+async def _last_outcome(events: AsyncIterator[Event]) -> Event | None:
+    """The last outcome in ``events`` (one call's): earlier attempts of a call id ended in
+    in-flight refusals, which are not final (redecided); the call's is its last attempt's."""
+    outcome: Event | None = None
+    async for event in events:
+        if event.is_outcome:
+            outcome = event
+    return outcome
 
 
 def typed_result(spec: ToolSpec, value: Any) -> Any:

@@ -136,6 +136,9 @@ class Projection:
         self._tick = 0
         #: runs whose history is only in the ledger
         self.cold: set[str] = set()
+        #: cold run -> how many of its calls had an outcome when it went cold: a recall
+        #: that reads fewer read through a damaged index (``Executor._recall`` checks)
+        self.cold_calls: dict[str, int] = {}
         #: runs whose outcome is applied but not yet written: never sent cold before it
         #: is (a recall would read a ledger without it and run the call again)
         self.pinned: dict[str, int] = {}
@@ -385,6 +388,7 @@ class Projection:
             for call_id in history.calls:
                 self.outcomes.pop((run_id, call_id), None)
             self._remembered -= len(history.calls)
+            self.cold_calls[run_id] = len(history.calls)
             self.run_calls.pop(run_id, None)
             gone.add(run_id)
         # Runs counted but with no finished call here (one that died before it started,
@@ -418,6 +422,7 @@ class Projection:
         for event in events:
             past.apply(event)
         self.cold.discard(run_id)
+        self.cold_calls.pop(run_id, None)
         for key, call in past.inflight.items():
             # Started with no outcome in the ledger (an outcome whose write failed, or a
             # process that died): in flight, as replay leaves it, so a repeat is refused.

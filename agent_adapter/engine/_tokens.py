@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ._approval import Decision
 
@@ -49,7 +49,20 @@ class TokenTable:
 
     def issue(self, binding: Binding, digest: str, decision: Decision) -> int:
         """Hold ``decision`` for ``binding`` and arguments of ``digest``; returns tokens dropped."""
+        return self._issue(binding, digest, decision, self._clock())
+
+    def issue_many(self, entries: Iterable[tuple[Binding, str, Decision]]) -> int:
+        """``issue`` each (binding, digest, decision) at one instant; returns tokens dropped.
+
+        One clock reading for all: the tokens of one batch (one resolve's approvals) share
+        one lifetime, starting when the batch is issued, however long issuing takes.
+        """
         now = self._clock()
+        return sum(
+            self._issue(binding, digest, decision, now) for binding, digest, decision in entries
+        )
+
+    def _issue(self, binding: Binding, digest: str, decision: Decision, now: float) -> int:
         tokens = self._tokens
         while tokens:
             first = next(iter(tokens.values()))

@@ -61,7 +61,7 @@ from ._sqlite_files import _Changed as _Changed
 from ._sqlite_files import _checked as _checked
 from ._sqlite_files import _connect_snapshot as _connect_snapshot
 from ._sqlite_head import _PUT_HEAD, _refuse_unkeyed_chain
-from ._sqlite_mark import check_before_create, mark_path
+from ._sqlite_mark import check_before_create, mark_path, missing_message
 from ._sqlite_threads import _ReadOnlyReader, _Worker, _Writer
 from ._sqlite_verify import _verify_file, unreadable_row
 from ._staging import GroupCommit
@@ -150,6 +150,9 @@ class SQLiteLedger(GroupCommit):
         self._kick_scheduled = False
         self._closed = False
         self._follows: tuple[Follow, ...] = ()  # replaced whole: the writer reads it
+        # Said at open and by every verify() of this object: the mark file was missing
+        # while the table held events, so earlier losses from the WAL cannot be detected.
+        self._mark_note = ""
 
     def __repr__(self) -> str:
         if self.readonly:
@@ -196,9 +199,12 @@ class SQLiteLedger(GroupCommit):
                 await only.start()
                 self._keyed = (only.meta or {}).get("keyed") == "1"
                 self._reader = only
+                if only.without_mark:
+                    self._warn_without_mark(_head_seq(only.meta))
                 return
             writer = _Writer(self, self._connect_writer)
             await writer.start()
+            self._warn_without_mark(writer.mark_restarted_at)
             reader = _Worker(
                 f"agent-adapter ledger reader {self.path}", self.path, self._connect_reader
             )
@@ -208,6 +214,12 @@ class SQLiteLedger(GroupCommit):
                 await writer.stop()
                 raise
             self._writer, self._reader = writer, reader
+
+    def _warn_without_mark(self, seq: int) -> None:
+        """Once per open: a ledger of ``seq`` events opened without its mark file."""
+        if seq > 0:
+            self._mark_note = missing_message(self.path, seq)
+            _log.warning("ledger %s: %s", self.path, self._mark_note)
 
     async def close(self) -> None:
         """Commit what is queued, then stop the threads and close the file (idempotent)."""
@@ -590,7 +602,13 @@ class SQLiteLedger(GroupCommit):
             _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s, deep=deep
         )
         result: Verification | None = await reader.submit(check)
-        return result if result is not None else self._cannot_check()
+        if result is None:
+            return self._cannot_check()
+        if result.ok and self._mark_note and self._writer is not None:
+            # The writer made a new mark at open: the file no longer shows it was missing.
+            note = f"{result.reason}; {self._mark_note}" if result.reason else self._mark_note
+            return Verification(ok=True, checked=result.checked, reason=note)
+        return result
 
     def _cannot_check(self) -> Verification:
         return Verification(
@@ -600,6 +618,12 @@ class SQLiteLedger(GroupCommit):
                 f"ledger {self.path} is keyed (HMAC): its chain cannot be checked without the key"
             ),
         )
+
+
+def _head_seq(meta: dict[str, str] | None) -> int:
+    """The head's seq in a probed file's meta (0 when absent or not a number)."""
+    value = (meta or {}).get("head_seq", "")
+    return int(value) if value.isdigit() else 0
 
 
 def _outdated(conn: sqlite3.Connection) -> bool:

@@ -162,6 +162,17 @@ def lost_message(path: str, last_seq: int, mark: Mark) -> str:
     )
 
 
+def missing_message(path: str, seq: int) -> str:
+    """What opening a ledger of ``seq`` events without its mark file means (seq 0: no
+    events yet, nothing to say); the warning at open and the line in ``verify``."""
+    return (
+        f"its mark file {mark_path(path)} was missing though the ledger holds {seq} "
+        "event(s) (restored from a backup of the .db and -wal only, or written before marks "
+        "were kept): events a damaged WAL lost before then cannot be detected; a backup "
+        "must include the -mark file"
+    )
+
+
 def replaced_message(path: str, mark: Mark) -> str:
     """What a record at the mark's seq other than the one it names means."""
     return f"seq {mark.seq} is not the record its mark file {mark_path(path)} names (replaced)"
@@ -184,6 +195,9 @@ class MarkWriter:
         # no other writer moved the mark, and it need not be parsed again.
         self._known = b""
         self.error: LedgerError | None = None
+        #: The seq the mark was started again at because its file was missing while the
+        #: table held events (0: it was not): see ``missing_message``.
+        self.restarted_at = 0
 
     def _refuse(self, reason: str) -> LedgerError:
         return LedgerError(
@@ -194,7 +208,7 @@ class MarkWriter:
     def start(self, conn: sqlite3.Connection) -> None:
         """Open (or create) the mark and check it against the table; sets ``error``."""
         try:
-            self._fd = _open_for_writing(self.path, self._db)
+            self._fd, created = _open_for_writing(self.path, self._db)
         except OSError as exc:
             self.error = LedgerError(
                 f"ledger {self._db}: its mark file {self.path} cannot be opened for "
@@ -221,6 +235,9 @@ class MarkWriter:
                         # the table as it is now is what later losses are measured from.
                         if type(last_hash) is str and (mark is None or last_seq > 0):
                             self._write(last_seq, last_hash)
+                            if created and last_seq > 0:
+                                # Events lost before now (a damaged -wal) cannot be told.
+                                self.restarted_at = last_seq
                         else:
                             self._known = data
                         return
@@ -332,17 +349,18 @@ class MarkWriter:
             self._fd = None
 
 
-def _open_for_writing(where: str, db: str) -> int:
-    """The mark's descriptor, creating it with the ledger file's permissions (as SQLite
-    does for its -wal), so every user who may write the ledger may write its mark."""
+def _open_for_writing(where: str, db: str) -> tuple[int, bool]:
+    """The mark's descriptor and whether this call created the file, creating it with the
+    ledger file's permissions (as SQLite does for its -wal), so every user who may write
+    the ledger may write its mark."""
     flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(where, flags | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return os.open(where, flags)
+        return os.open(where, flags), False
     with contextlib.suppress(OSError):
         os.fchmod(fd, os.stat(db).st_mode & 0o777)
-    return fd
+    return fd, True
 
 
 def check_before_create(path: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import sqlite3
 import threading
@@ -46,7 +47,7 @@ from ._sqlite_files import (
     _translate,
 )
 from ._sqlite_head import _LAST, _PUT_HEAD, _UPDATE_HEAD
-from ._sqlite_mark import MarkWriter, check_before_create
+from ._sqlite_mark import MarkWriter, check_before_create, mark_path
 
 _INSERT = (
     "INSERT INTO events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)"
@@ -178,6 +179,8 @@ class _ReadOnlyReader(_Worker):
         self._wait_s = ledger._busy_timeout_s
         self._snapshot: Any = None
         self.meta: dict[str, str] | None = None
+        #: No mark file beside the ledger at the first open (it says so: see open()).
+        self.without_mark = False
 
     def _open(self) -> sqlite3.Connection:
         # The first open checks the file as a writer's probe would; the file must exist.
@@ -190,6 +193,7 @@ class _ReadOnlyReader(_Worker):
                     "read-only ledger is never created)"
                 )
             self.meta = meta
+            self.without_mark = not os.path.exists(mark_path(self._path))
         conn, self._snapshot = _connect_snapshot(self._path, self._wait_s)
         conn.execute("PRAGMA query_only=ON")
         return conn
@@ -243,6 +247,11 @@ class _Writer(_Worker):
         # (data_version, last seq, last hash, head_seq) after our last commit: the tail
         # as it stands while no other connection commits. None: read it again.
         self._tail: tuple[int, int, str, object] | None = None
+
+    @property
+    def mark_restarted_at(self) -> int:
+        """The seq the mark was started again at because its file was missing (0: not)."""
+        return self._mark.restarted_at
 
     def serve(self) -> None:
         conn = self.conn

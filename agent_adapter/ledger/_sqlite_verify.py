@@ -11,9 +11,14 @@ In order, each naming the first bad seq (the first finding wins):
 3. The head in meta (``check_head``, in ``_head``): events deleted from the end.
 4. The mark beside the file (``_sqlite_mark``): events lost with a damaged WAL, which
    takes the head back with them.
-5. With ``deep``, ``PRAGMA integrity_check``: the b-trees and the run_id/call_id
-   indexes (a damaged index makes reads by run or call miss or mix events, while every
-   record is intact). It reads the whole file, indexes included: a deliberate check.
+5. The run_id and (call_id, run_id) indexes against the table (``_INDEXES``): the
+   executor's recall of a run reads by run, so an index entry that names another run or
+   seq (a changed byte in an index page, every record intact) would hide an event from
+   it. Each index is scanned alone (a covering scan, in the same read transaction as
+   the records) and the sum of the hashes of its (key, seq) entries compared with the
+   same sum over the records; on a difference ``PRAGMA integrity_check`` names the row.
+6. With ``deep``, ``PRAGMA integrity_check``: the b-trees, every page and every index
+   entry. It reads the whole file: a deliberate check.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from ._chain import Record, Verification, columns_match, verify_records
 from ._head import check_head, parse_head_seq
 from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD
-from ._sqlite_mark import Mark, MarkUnreadable, lost_message, mark_path, read_mark, replaced_message
+from ._sqlite_mark import (
+    Mark,
+    MarkUnreadable,
+    lost_message,
+    mark_path,
+    missing_message,
+    read_mark,
+    replaced_message,
+)
 
 _COLUMNS = "SELECT seq, type, run_id, call_id, tool, ts, payload, prev, hash FROM events"
 _SCAN = f"{_COLUMNS} ORDER BY seq"
@@ -37,6 +50,11 @@ _SCAN = f"{_COLUMNS} ORDER BY seq"
 _NEXT = f"{_COLUMNS} WHERE seq > ? ORDER BY seq LIMIT 1"
 # integrity_check names a row only as "row N missing from index X"; N is the rowid, the seq.
 _MISSING_ROW = re.compile(r"^row (\d+) missing from index ")
+#: Each index reads use, and the covering scan of its (key columns, seq) entries.
+_INDEXES = {
+    "events_run_id": "SELECT run_id, seq FROM events INDEXED BY events_run_id",
+    "events_call_run": "SELECT call_id, run_id, seq FROM events INDEXED BY events_call_run",
+}
 
 
 def unreadable_row(exc: sqlite3.Error) -> bool:
@@ -77,6 +95,9 @@ def _verify_file(
     head_at = -1
     # Why the scan stopped before the end of the table (a row SQLite could not read).
     stopped: list[str] = []
+    # Sums of the hashes of (run_id, seq) and (call_id, run_id, seq) over the records:
+    # what each index must hold (an order-free digest of a multiset).
+    sums = {"events_run_id": 0, "events_call_run": 0}
     # Read before the snapshot: a writer writes the mark after its commit, so the
     # snapshot taken next holds at least what the mark names (no false alarm).
     mark, mark_problem = _read_mark(path, key)
@@ -123,6 +144,8 @@ def _verify_file(
             )
             if not mismatch and not columns_match(record):
                 mismatch.append(record.seq)
+            sums["events_run_id"] += hash((record.run_id, record.seq))
+            sums["events_call_run"] += hash((record.call_id, record.run_id, record.seq))
             if record.seq == head_at:
                 at_head.append(record.hash)
             if record.seq == mark_at:
@@ -142,6 +165,8 @@ def _verify_file(
             cursor = conn.execute(_SCAN)
             result = verify_records(records(cursor), key)
             cursor.close()
+            # Same snapshot as the records: a commit in between is not a difference.
+            unlike = _unlike_indexes(conn, sums) if result.ok and not stopped else []
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # it only read
@@ -176,19 +201,55 @@ def _verify_file(
     found = _check_mark(path, result.checked, last_hash[0], mark, mark_problem, at_mark)
     if found is not None:
         return found
-    if deep:
+    if deep or unlike:
         problems = _integrity(conn, path, wait_s)
         if problems:
             return _damaged_file(problems)
+        if unlike:  # (integrity_check found nothing it could name)
+            return Verification(
+                ok=False,
+                checked=0,
+                first_bad_seq=1,
+                reason=(
+                    f"the index {unlike[0]} does not hold what the table does: reads by run "
+                    "or call may miss events"
+                ),
+            )
     if mark is None and not mark_problem:
         note = (
-            f"no mark file beside it ({mark_path(path)}): events lost with a damaged WAL "
-            "cannot be detected until a writer opens it"
+            missing_message(path, result.checked)
+            if result.checked
+            else f"no mark file beside it ({mark_path(path)}): events lost with a damaged "
+            "WAL cannot be detected until a writer opens it"
         )
         return Verification(
             ok=True, checked=head.checked, reason=f"{head.reason}; {note}" if head.reason else note
         )
     return head
+
+
+def _unlike_indexes(conn: sqlite3.Connection, sums: dict[str, int]) -> list[str]:
+    """The indexes whose entries differ from the records' (``sums``), in the read
+    transaction; one SQLite cannot read counts as differing. A file without an index (an
+    earlier version's whose migration could not build it) is read without it."""
+    present = {
+        str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    }
+    unlike = []
+    for name, scan in _INDEXES.items():
+        if name not in present:
+            continue
+        try:
+            # sum(map(hash, ...)): the rows are (key..., seq) tuples, hashed in C.
+            total = sum(map(hash, conn.execute(scan)))
+        except sqlite3.Error as exc:
+            if not unreadable_row(exc):
+                raise
+            unlike.append(name)
+            continue
+        if total != sums[name]:
+            unlike.append(name)
+    return unlike
 
 
 def _check_mark(

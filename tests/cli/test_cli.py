@@ -1468,6 +1468,7 @@ def test_read_only_directory_reads_what_a_crashed_writer_left_in_its_wal(
     directory = read_only_copy.parent
     directory.chmod(0o755)
     read_only_copy.unlink()
+    Path(f"{read_only_copy}-mark").unlink()  # a new ledger in its place, not a damaged one
     assert crash_after_appending(read_only_copy, 3) == (0, "")
     directory.chmod(0o555)
     before = snapshot(directory)
@@ -1489,6 +1490,7 @@ def test_read_only_directory_refuses_a_wal_it_cannot_read(
     directory = read_only_copy.parent
     directory.chmod(0o755)
     read_only_copy.unlink()
+    Path(f"{read_only_copy}-mark").unlink()  # a new ledger in its place, not a damaged one
     assert crash_after_appending(read_only_copy, 3) == (0, "")
     (directory / "ledger.db-shm").unlink()
     directory.chmod(0o555)

@@ -20,7 +20,7 @@ import pytest
 from _child import Child
 from _other_process import TIMEOUT_S, crash_after_appending
 
-from agent_adapter import Executor
+from agent_adapter import Executor, Registry
 from agent_adapter.cli import main
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import (
@@ -416,26 +416,79 @@ async def test_a_damaged_mark_is_reported_and_kept(
     assert mark_of(path).read_bytes() == damaged
 
 
-async def test_read_only_never_creates_or_writes_the_mark(tmp_path: Path) -> None:
+def missing(path: Path, seq: int) -> str:
+    """What a ledger of ``seq`` events opened without its mark file says (open, verify)."""
+    return (
+        f"its mark file {path}-mark was missing though the ledger holds {seq} event(s) "
+        "(restored from a backup of the .db and -wal only, or written before marks were "
+        "kept): events a damaged WAL lost before then cannot be detected; a backup must "
+        "include the -mark file"
+    )
+
+
+async def test_read_only_never_creates_or_writes_the_mark(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without a mark (a ledger from before marks, or copied alone), a read-only ledger
-    reads and verifies, says what it cannot detect, and creates nothing; a writer
-    creates the mark at the table's end."""
+    reads and verifies, says what it cannot detect (one warning at open, the line in
+    verify), and creates nothing; a writer creates the mark at the table's end."""
     path = tmp_path / "l.db"
     events = await fill(path, 3)
     mark_of(path).unlink()
     before = snapshot(tmp_path)
-    async with SQLiteLedger(path, readonly=True) as ledger:
-        assert await read_all(ledger) == events
-        assert await ledger.verify() == Verification(
-            ok=True,
-            checked=3,
-            reason=f"no mark file beside it ({path}-mark): events lost with a damaged WAL "
-            "cannot be detected until a writer opens it",
-        )
+    with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+        async with SQLiteLedger(path, readonly=True) as ledger:
+            assert await read_all(ledger) == events
+            assert await ledger.verify() == Verification(
+                ok=True, checked=3, reason=missing(path, 3)
+            )
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", f"ledger {path}: {missing(path, 3)}", None)
+    ]
     assert snapshot(tmp_path) == before
     async with SQLiteLedger(path) as ledger:
-        assert await ledger.verify() == Verification(ok=True, checked=3)
+        assert await ledger.verify() == Verification(ok=True, checked=3, reason=missing(path, 3))
     assert mark_seq(path) == 3
+
+
+async def test_a_writer_without_its_mark_file_says_so_once_at_open_and_in_verify(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger restored from a backup of the .db and -wal only: the writer that opens it
+    logs one warning (no traceback) and every verify of that ledger object says that
+    earlier WAL losses cannot be detected; the new mark protects what follows, so the
+    next open says nothing and verifies plainly. An empty new ledger says nothing."""
+    path = tmp_path / "l.db"
+    with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
+        await fill(path, 3)
+        assert caplog.records == []
+        mark_of(path).unlink()
+        async with SQLiteLedger(path) as ledger:
+            first = await ledger.verify()
+            await ledger.append(requested("c3"))
+            second = await ledger.verify()
+        assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+            ("WARNING", f"ledger {path}: {missing(path, 3)}", None)
+        ]
+        caplog.clear()
+        async with SQLiteLedger(path) as ledger:
+            again = await ledger.verify()
+    assert first == Verification(ok=True, checked=3, reason=missing(path, 3))
+    assert second == Verification(ok=True, checked=4, reason=missing(path, 3))
+    assert again == Verification(ok=True, checked=4)
+    assert caplog.records == []
+    assert mark_seq(path) == 4
+
+
+def test_ledger_verify_says_the_mark_file_is_missing(tmp_path: Path) -> None:
+    """``agent-adapter ledger verify`` of a ledger copied without its -mark: exit 0, the
+    line says what cannot be detected and what a backup must include; no traceback."""
+    path = tmp_path / "l.db"
+    asyncio.run(fill(path, 2))
+    mark_of(path).unlink()
+    code, out, err = cli_verify(path)
+    assert (code, out) == (0, f"chain: intact (2 events verified; {missing(path, 2)})\n")
+    assert "Traceback" not in err
 
 
 async def test_a_keyed_ledger_keeps_a_keyed_mark(tmp_path: Path) -> None:
@@ -763,9 +816,10 @@ def change_index_entry(
 async def test_a_damaged_run_index_is_found_by_deep_verify_and_never_mixes_runs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The last run-a entry of the run_id index says run-b: verify() cannot see it (every
-    record is intact), verify(deep=True) names the first seq the index misses, and a read
-    by run-b returns run-b's events only, in seq order, and logs what it left out."""
+    """The last run-a entry of the run_id index says run-b (every record intact): verify()
+    finds that the index differs from the table and names the first seq it misses, as
+    verify(deep=True) does, and a read by run-b returns run-b's events only, in seq order,
+    and logs what it left out."""
     path = tmp_path / "l.db"
     events = await fill_runs(path)
     change_index_entry(path, "events_run_id", b"run-a", b"run-b")
@@ -775,7 +829,7 @@ async def test_a_damaged_run_index_is_found_by_deep_verify_and_never_mixes_runs(
         with caplog.at_level(logging.WARNING, logger="agent_adapter.ledger"):
             run_b = await read_all(ledger, run_id="run-b")
         run_a = await read_all(ledger, run_id="run-a")
-    assert shallow == Verification(ok=True, checked=10)
+    assert shallow == deep
     assert (deep.ok, deep.checked, deep.first_bad_seq) == (False, 1, 2)
     assert deep.reason.startswith(
         "the file is damaged (PRAGMA integrity_check: row 2 missing from index events_run_id"
@@ -847,9 +901,85 @@ async def test_a_call_index_entry_past_the_end_never_hides_what_is_committed_dur
     assert seen == [e for e in events if e.seq != 3] + late
 
 
+async def echo_ledger(path: Path, ran: list[int]) -> Registry:
+    """A registry with one ``echo`` tool that records each run in ``ran``; the ledger at
+    ``path`` gets run-a's calls c0 and c1 (seq 1-4, 5-8), then run-b's and run-c's c0."""
+    registry = Registry()
+
+    @registry.tool
+    async def echo(x: int) -> int:
+        """Echo."""
+        ran.append(x)
+        return x
+
+    async with Executor(registry, ledger=SQLiteLedger(path)) as first:
+        for c in range(2):
+            await first.call("echo", {"x": c}, run_id="run-a", call_id=f"c{c}")
+        for run in ("run-b", "run-c"):
+            await first.call("echo", {"x": 9}, run_id=run, call_id="c0")
+    return registry
+
+
+async def test_a_damaged_run_index_never_makes_a_finished_call_of_a_cold_run_run_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run_id index entries of run-a's call c1 (its four events) say run-b, every
+    record intact: verify() (not deep) is not ok at seq 5. An executor that remembers one
+    run has run-a cold; c1 asked again recalls run-a, whose read by run comes back with
+    fewer finished calls than the executor knew of: it reads the table instead, warns
+    (the table holds more) and replays c1, whose body ran once."""
+    path = tmp_path / "l.db"
+    ran: list[int] = []
+    registry = await echo_ledger(path, ran)
+    for _ in range(4):
+        change_index_entry(path, "events_run_id", b"run-a", b"run-b")
+    async with SQLiteLedger(path, readonly=True) as ledger:
+        found = await ledger.verify()
+    assert (found.ok, found.first_bad_seq) == (False, 5)
+    assert "missing from index events_run_id" in found.reason
+    with caplog.at_level(logging.WARNING, logger="agent_adapter"):
+        async with Executor(registry, ledger=SQLiteLedger(path), remember=1) as second:
+            assert "run-a" in second.state.cold
+            assert await second.call("echo", {"x": 1}, run_id="run-a", call_id="c1") == 1
+            c1 = [
+                e.type
+                async for e in second.ledger.read()
+                if (e.run_id, e.call_id) == ("run-a", "c1")
+            ]
+    assert ran == [0, 1, 9, 9]
+    assert c1[-1] == "call.replayed" and c1.count("call.started") == 1
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            "WARNING",
+            "ledger: a read of run 'run-a' returned 1 finished call(s) where the ledger "
+            "holds 2 (a damaged index?); read from the whole ledger instead: see "
+            "agent-adapter ledger verify",
+            None,
+        )
+    ]
+
+
+async def test_a_damaged_call_index_never_hides_a_finished_calls_outcome(
+    tmp_path: Path,
+) -> None:
+    """The (call_id, run_id) index entry of run-a's c1 outcome (seq 8) says run-b: verify()
+    is not ok at seq 8, and c1 asked again is replayed from the table (the read by run and
+    call misses the outcome), not refused and not run again."""
+    path = tmp_path / "l.db"
+    ran: list[int] = []
+    registry = await echo_ledger(path, ran)
+    change_index_entry(path, "events_call_run", b"run-a", b"run-b", column=1)
+    async with Executor(registry, ledger=SQLiteLedger(path)) as again:
+        found = await again.ledger.verify()
+        assert await again.call("echo", {"x": 1}, run_id="run-a", call_id="c1") == 1
+    assert (found.ok, found.first_bad_seq) == (False, 8)
+    assert "missing from index events_call_run" in found.reason
+    assert ran == [0, 1, 9, 9]
+
+
 def test_ledger_verify_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`ledger verify` exits 0 on a ledger whose index is damaged; `--deep` exits 1 and
-    names the seq, with verify(deep=True)'s reason."""
+    """`ledger verify` of a ledger whose index is damaged exits 1 and names the seq, with
+    verify(deep=True)'s reason, as `--deep` does."""
     path = tmp_path / "l.db"
     asyncio.run(fill_runs(path))
     assert main(["--no-color", "ledger", "verify", "--db", str(path), "--deep"]) == 0
@@ -866,6 +996,6 @@ def test_ledger_verify_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         main(["--no-color", "ledger", "verify", "--db", str(path), "--deep"]),
     ]
     assert (codes, capsys.readouterr().out) == (
-        [0, 1],
-        f"chain: intact (10 events verified)\nchain: broken at seq 2: {reason}\n",
+        [1, 1],
+        f"chain: broken at seq 2: {reason}\nchain: broken at seq 2: {reason}\n",
     )

@@ -33,11 +33,12 @@ __all__ = ["Review", "resolve_interruptions", "review_interruptions"]
 
 if TYPE_CHECKING:
     from agents import RunState
-    from agents.agent_tool_state import get_agent_tool_state_scope
+    from agents.agent_tool_state import get_agent_tool_state_scope, peek_agent_tool_run_result
     from agents.items import ToolApprovalItem
 else:
     RunState = sdk_name("agents", "RunState")
     get_agent_tool_state_scope = sdk_name("agents.agent_tool_state", "get_agent_tool_state_scope")
+    peek_agent_tool_run_result = sdk_name("agents.agent_tool_state", "peek_agent_tool_run_result")
     ToolApprovalItem = sdk_name("agents.items", "ToolApprovalItem")
 
 logger = logging.getLogger("agent_adapter.bridges.openai_agents")
@@ -203,8 +204,14 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
         decision, held = await ask_port(port, request)
         items.append(_Item(item, export, call_id, args_digest, decision, held))
     _check_edits(items)
-    _apply(state, items)
-    await _record_refusals(state, items, run_id)
+    _decide(state, items)
+    try:
+        await _record_refusals(state, items, run_id)
+    finally:
+        # Last, so a token's lifetime starts when the resolve returns (not while hundreds of
+        # decisions are applied), and also when a denial's record failed: the state is
+        # resumable as it is, and its approved calls must find their tokens.
+        _issue_tokens(state, items)
     return Review(
         state=state,
         pending=tuple(e.request_id for e in items if e.decision is None),
@@ -272,22 +279,78 @@ async def _record_refusals(state: RunState[Any, Any], items: list[_Item], run_id
         raise error from first
 
 
-def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
-    scope = _scope_of(state)
-    issued = 0
-    fallback = 0
-    limit = INTEGRATION.max_tokens_per_resolve
+def _direct(state: RunState[Any, Any]) -> tuple[Any, dict[str, ToolApprovalItem]] | None:
+    """The state's run context and its pending items by call id, when deciding on that
+    context is exactly what ``state.approve`` would do; None otherwise.
+
+    ``RunState.approve(item)`` finds the state's own pending item that matches ``item`` (a
+    detached copy from ``get_interruptions``) and then calls ``approve_tool`` on the run
+    context with it; to find it, it deep-copies every pending item, twice per call, so N
+    decisions cost N^2 copies (259 took 89 s). When no agent-as-tool run nested in the
+    state has pending approvals (the SDK would route the decision there) and every pending
+    call id is distinct (the SDK would refuse an ambiguous one), that match is the one
+    pending item with the call id: found here once for all, in one pass.
+    """
+    context = getattr(state, "_context", None)
+    pending = getattr(getattr(state, "_current_step", None), "interruptions", None)
+    if (
+        context is None
+        or not callable(getattr(context, "approve_tool", None))
+        or not callable(getattr(context, "reject_tool", None))
+        or not isinstance(pending, list)
+    ):
+        return None
+    scope = getattr(state, "_agent_tool_state_scope_id", None)
+    response = getattr(state, "_last_processed_response", None)
+    for function_run in getattr(response, "functions", None) or ():
+        nested = peek_agent_tool_run_result(function_run.tool_call, scope_id=scope)
+        if getattr(nested, "interruptions", None):
+            return None
+    by_call: dict[str, ToolApprovalItem] = {}
+    for item in pending:
+        call_id = getattr(item, "call_id", None)
+        if not isinstance(item, ToolApprovalItem) or not call_id or call_id in by_call:
+            return None
+        by_call[call_id] = item
+    return context, by_call
+
+
+def _decide(state: RunState[Any, Any], items: list[_Item]) -> None:
+    """Approve or reject each decided call on the SDK's state: linear in the calls."""
+    direct = _direct(state)
     for entry in items:
         decision = entry.decision
         if decision is None:
             continue
+        found = direct[1].get(entry.call_id) if direct is not None else None
+        message = None
         if not decision.approved:
-            state.reject(
-                entry.item, rejection_message=_denial(entry.item.tool_name or "", decision.reason)
-            )
-            continue
-        state.approve(entry.item)
-        if entry.export is None:
+            message = _denial(entry.item.tool_name or "", decision.reason)
+        if direct is None or found is None:
+            if decision.approved:
+                state.approve(entry.item)
+            else:
+                state.reject(entry.item, rejection_message=message)
+        elif decision.approved:
+            direct[0].approve_tool(found)
+        else:
+            direct[0].reject_tool(found, rejection_message=message)
+
+
+def _issue_tokens(state: RunState[Any, Any], items: list[_Item]) -> None:
+    """Issue one token per approved call of an exported tool (up to the per-resolve cap).
+
+    Each integration's tokens are issued at one instant (``TokenTable.issue_many``), the
+    end of the resolve, so all of them live their whole TTL from its return.
+    """
+    scope = _scope_of(state)
+    issued = 0
+    fallback = 0
+    limit = INTEGRATION.max_tokens_per_resolve
+    batches: dict[int, tuple[OpenAIAgentsIntegration, list[Any]]] = {}
+    for entry in items:
+        decision = entry.decision
+        if decision is None or not decision.approved or entry.export is None:
             continue
         integration: OpenAIAgentsIntegration = entry.export.integration
         limit = integration.max_tokens_per_resolve
@@ -295,9 +358,13 @@ def _apply(state: RunState[Any, Any], items: list[_Item]) -> None:
             fallback += 1
             continue
         binding = (scope, entry.call_id, entry.export.spec.name)
-        # A full table drops its oldest tokens: those calls fall back to the executor's port.
-        fallback += integration.tokens.issue(binding, entry.digest, decision)
+        batches.setdefault(id(integration), (integration, []))[1].append(
+            (binding, entry.digest, decision)
+        )
         issued += 1
+    for integration, batch in batches.values():
+        # A full table drops its oldest tokens: those calls fall back to the executor's port.
+        fallback += integration.tokens.issue_many(batch)
     if fallback:
         logger.warning(
             "%d approved call(s) hold no approval token (over the %d-token limit of one "

@@ -9,6 +9,7 @@ raises that error at export, before any tool is built.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from typing import Any
@@ -17,7 +18,7 @@ import agents
 
 from ...errors import IntegrationError
 
-__all__ = ["REQUIRED", "SUPPORTED", "check_sdk", "sdk_name", "sdk_version"]
+__all__ = ["REQUIRED", "STATE_FIELDS", "SUPPORTED", "check_sdk", "sdk_name", "sdk_version"]
 
 #: The range the ``openai-agents`` extra installs and CI runs: 0.24 up to, not including, 1.0.
 SUPPORTED = ((0, 24), (1, 0))
@@ -29,11 +30,24 @@ REQUIRED: tuple[tuple[str, str], ...] = (
     ("agents", "Runner"),
     ("agents", "get_current_trace"),
     ("agents.agent_tool_state", "get_agent_tool_state_scope"),
+    ("agents.agent_tool_state", "peek_agent_tool_run_result"),
     ("agents.exceptions", "UserError"),
     ("agents.items", "ToolApprovalItem"),
     ("agents.strict_schema", "ensure_strict_json_schema"),
     ("agents.tool", "set_function_tool_failure_error_function"),
     ("agents.tool_context", "ToolContext"),
+)
+
+#: The ``RunState`` fields (private dataclass fields in the SDK) the bridge reads: its run
+#: context (where a decision is recorded: ``approve_tool``), the paused step (its pending
+#: items), the processed response (agent-as-tool runs nested in it) and the per-state
+#: scope id. ``resolve_interruptions`` decides on the context directly because
+#: ``RunState.approve`` deep-copies every pending item per call (quadratic in N).
+STATE_FIELDS = (
+    "_agent_tool_state_scope_id",
+    "_context",
+    "_current_step",
+    "_last_processed_response",
 )
 
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?(.*)$")
@@ -105,6 +119,18 @@ def _parse(version: str) -> tuple[int, int, int, bool] | None:
     return int(major), int(minor), int(patch or 0), pre
 
 
+def _absent_state_fields() -> list[str]:
+    """The ``STATE_FIELDS`` this SDK's ``RunState`` lacks, as ``agents.RunState.<field>``."""
+    state = _lookup("agents", "RunState")
+    if state is _ABSENT:  # named by REQUIRED already
+        return []
+    try:
+        names = {field.name for field in dataclasses.fields(state)}
+    except TypeError:  # no longer a dataclass: none of them can be relied on
+        names = set()
+    return [f"agents.RunState.{name}" for name in STATE_FIELDS if name not in names]
+
+
 def check_sdk() -> None:
     """Raise IntegrationError unless the SDK is in range and has every name the bridge uses.
 
@@ -124,6 +150,7 @@ def check_sdk() -> None:
     if not in_range:
         raise IntegrationError(f"openai-agents {version} is not supported: {_wanted()}")
     absent = [f"{m}.{n}" for m, n in REQUIRED if _lookup(m, n) is _ABSENT]
+    absent += _absent_state_fields()
     if absent:
         # Without set_function_tool_failure_error_function, for one, the SDK would turn
         # refusals and cancellation into "please try again" tool output.

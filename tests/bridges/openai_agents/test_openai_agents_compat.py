@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import agents
+import pytest
 
 from agent_adapter.bridges.openai_agents._compat import REQUIRED
 
@@ -19,6 +21,7 @@ BRIDGE = Path(__file__).resolve().parents[3] / "agent_adapter" / "bridges" / "op
 SCRIPT = r"""
 import asyncio, importlib, json, sys
 import agents
+import pytest
 from agent_adapter import CallbackApproval, Executor, Registry
 from agent_adapter.errors import IntegrationError
 
@@ -184,3 +187,29 @@ def test_the_bridge_takes_sdk_names_only_through_the_required_table() -> None:
     assert outside == []
     assert named - required == set()
     assert required - named == set()  # nothing listed that the bridge no longer uses
+
+
+def test_a_run_state_without_a_field_the_bridge_reads_is_an_integration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """resolve_interruptions decides on the RunState's run context (RunState.approve is
+    quadratic in the pending calls), reading private dataclass fields: an SDK whose
+    RunState lacks one is refused at export, naming each missing field and the range."""
+    from agent_adapter.bridges.openai_agents._compat import STATE_FIELDS, check_sdk
+    from agent_adapter.errors import IntegrationError
+
+    kept = [f for f in dataclasses.fields(agents.RunState) if f.name != "_current_step"]
+    changed = dataclasses.make_dataclass(
+        "RunState", [(f.name, f.type, dataclasses.field(default=None)) for f in kept]
+    )
+    check_sdk()  # the installed SDK has every field
+    monkeypatch.setattr(agents, "RunState", changed)
+    with pytest.raises(IntegrationError) as caught:
+        check_sdk()
+    assert f"IntegrationError: {caught.value}" == _error("agents.RunState._current_step")
+    monkeypatch.setattr(agents, "RunState", object)  # not a dataclass at all
+    with pytest.raises(IntegrationError) as caught:
+        check_sdk()
+    assert f"IntegrationError: {caught.value}" == _error(
+        ", ".join(f"agents.RunState.{n}" for n in STATE_FIELDS)
+    )

@@ -269,6 +269,47 @@ async def test_one_resolve_issues_at_most_256_tokens(caplog: pytest.LogCaptureFi
     assert len(INTEGRATION.tokens) == 0
 
 
+class TickingClock:
+    """A token clock that moves one second at every reading while ``ticking``: time passes
+    between any two things the bridge does, as it does when a resolve is slow."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self.ticking = True
+
+    def __call__(self) -> float:
+        if self.ticking:
+            self.now += 1.0
+        return self.now
+
+
+async def test_256_approvals_all_run_on_tokens_that_live_from_the_resolves_return() -> None:
+    """256 approved calls, resolved while the token clock moves a second at every reading:
+    every token lives its 60 s from the moment resolve_interruptions returns, so 59 s later
+    each call runs exactly once on its own token (source context); none falls back to the
+    executor (which has no port: it would deny) and no warning is logged."""
+    registry, ran = build()
+    ledger = MemoryLedger()
+    executor = Executor(registry, ledger=ledger)
+    ticking = TickingClock()
+    INTEGRATION.set_clock(ticking)
+    try:
+        calls = [refund_call(f"c{i}", f"A{i}") for i in range(256)]
+        agent, model, result = await start(executor, registry, calls)
+        assert len(result.interruptions) == 256
+        state = await resolve_interruptions(result, APPROVE)
+        ticking.ticking = False
+        ticking.now += 59.0
+        await Runner.run(agent, state, run_config=CONFIG)
+    finally:
+        INTEGRATION.set_clock(None)
+    assert sorted(ran) == sorted(f"A{i}" for i in range(256))
+    assert outputs(model) == {f"c{i}": f"refunded 500 on A{i}" for i in range(256)}
+    ran_with = await approvals_that_ran(ledger)
+    assert ran_with == {f"c{i}": ("context", "host", True) for i in range(256)}
+    assert len(INTEGRATION.tokens) == 0
+
+
 async def test_a_full_table_drops_its_oldest_token_with_a_warning(
     caplog: pytest.LogCaptureFixture, token_clock: Any
 ) -> None:
