@@ -40,7 +40,10 @@ class KitAgent:
             retry_policy=_RETRY,
         )
         agent: Agent[Any] = Agent(
-            name="kit", instructions="Help.", model="agent-adapter-planned", tools=tools
+            name="kit",
+            instructions="Help.",
+            model="agent-adapter-planned",
+            tools=tools,  # type: ignore[arg-type]
         )
         result = await Runner.run(agent, plan["prompt"], run_config=_CONFIG)
         return [item.output for item in result.new_items if item.type == "tool_call_output_item"]

@@ -144,7 +144,8 @@ def test_executor_none_uses_the_default_executor() -> None:
 
 
 @pytest.mark.parametrize(
-    "version", ["0.22.0", "0.22.3", "0.23.1", "0.24.0", "0.24.7", "0.31.2", "0.99.0", "0.22.0.post1"]
+    "version",
+    ["0.22.0", "0.22.3", "0.23.1", "0.24.0", "0.24.7", "0.31.2", "0.99.0", "0.22.0.post1"],
 )
 def test_versions_in_range_export(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     """SDK versions from 0.22 to below 1.0 export."""
