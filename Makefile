@@ -59,6 +59,11 @@ demo: $(STAMP)
 demo-temporal: $(STAMP)
 	$(BIN)/python examples/temporal/demo.py
 
+# An OpenAI agent in a workflow (the agent loop under Temporal's plugin, a test model, every
+# tool call through the executor, the refund approved by Update); runs in .venv-agents.
+demo-temporal-agent: $(AGENTS_STAMP)
+	$(AGENTS_BIN)/python examples/temporal/agent_demo.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
