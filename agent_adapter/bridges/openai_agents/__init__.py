@@ -8,10 +8,10 @@ approval interruptions and errors onto ``Executor.run_spec``. Import it as
 
 from ._approvals import Review, resolve_interruptions, review_interruptions
 from ._compat import SUPPORTED, check_sdk, sdk_version
-from ._errors import unwrap
+from ._errors import encode_output, unwrap
 from ._integration import INTEGRATION, NAME, OpenAIAgentsIntegration
 from ._run import run, run_sync
-from ._tools import function_tool, function_tools
+from ._tools import function_tool, function_tools, tool_schema
 
 __all__ = [
     "INTEGRATION",
@@ -20,6 +20,7 @@ __all__ = [
     "Review",
     "SUPPORTED",
     "check_sdk",
+    "encode_output",
     "function_tool",
     "function_tools",
     "resolve_interruptions",
@@ -27,5 +28,6 @@ __all__ = [
     "run",
     "run_sync",
     "sdk_version",
+    "tool_schema",
     "unwrap",
 ]

@@ -132,7 +132,7 @@ async def resolve_interruptions(result: Any, port: ApprovalPort, *, run_id: str 
     model-visible approval-denied error. A call still pending at a deferred port stays
     paused: resolve again, with the same state and run_id, after it is answered.
 
-    Raises IntegrationError, before the port is asked, for an SDK outside 0.24 to below
+    Raises IntegrationError, before the port is asked, for an SDK outside 0.22 to below
     1.0 or without a name the bridge uses. Raises ToolUsageError, before any decision is
     applied, when a decision edits the
     arguments of a tool this bridge did not export. Raises LedgerError when a denial

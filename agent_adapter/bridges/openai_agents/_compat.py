@@ -20,8 +20,21 @@ from ...errors import IntegrationError
 
 __all__ = ["REQUIRED", "STATE_FIELDS", "SUPPORTED", "check_sdk", "sdk_name", "sdk_version"]
 
-#: The range the ``openai-agents`` extra installs and CI runs: 0.24 up to, not including, 1.0.
-SUPPORTED = ((0, 24), (1, 0))
+#: The range the ``openai-agents`` extra admits: 0.22 up to, not including, 1.0. ``make test``
+#: runs the bridge's tests on the newest release (the main environment) and on 0.22.x (the
+#: second environment, where Temporal's plugin, which pins 0.22.x, is installed).
+SUPPORTED = ((0, 22), (1, 0))
+
+# What differs across the range, for the names below (0.22.3 against 0.24.0, read in both):
+# - every name in REQUIRED exists in both, with the signatures the bridge calls;
+# - ``ensure_strict_json_schema`` closes objects merged from ``allOf`` and decodes
+#   percent-escaped ``$ref`` fragments only from 0.24: ``tool_schema`` keeps a schema
+#   strict only where the SDK leaves it unchanged, so on 0.22 such a schema is sent
+#   non-strict, as it is, never narrowed;
+# - both refuse a tool call id reused within one run for another call
+#   (``ModelBehaviorError``); across runs only the executor (and, in a workflow,
+#   ``workflow_tools``) sees a reuse;
+# - ``FunctionTool`` gains MCP-only private fields in 0.24 that the bridge never sets.
 
 #: Every (module, attribute) the bridge takes from the SDK; nothing else is imported from it.
 REQUIRED: tuple[tuple[str, str], ...] = (
@@ -145,7 +158,7 @@ def check_sdk() -> None:
         raise IntegrationError(f"cannot read the openai-agents version ({version!r}): {_wanted()}")
     major, minor, patch, pre = parsed
     low, high = SUPPORTED
-    # PEP 440: a pre-release of 0.24.0 is below 0.24, and "<1.0" excludes 1.0's pre-releases.
+    # PEP 440: a pre-release of 0.22.0 is below 0.22, and "<1.0" excludes 1.0's pre-releases.
     in_range = low <= (major, minor) < high and not (pre and (major, minor, patch) == (*low, 0))
     if not in_range:
         raise IntegrationError(f"openai-agents {version} is not supported: {_wanted()}")

@@ -138,7 +138,7 @@ def function_tool(
     ``executor=None`` uses the default executor. The schema is OpenAI-strict where it is
     portable (``strict=False`` or a non-portable schema: non-strict). ``spec.confirm``
     becomes the SDK's ``needs_approval`` gate. Raises IntegrationError for an SDK outside
-    0.24 to below 1.0.
+    0.22 to below 1.0.
     """
     check_sdk()
     executor = executor if executor is not None else get_default_executor()

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from ._shapes import (
     APPROVE_SIGNAL,
@@ -35,15 +35,37 @@ _FIELDS = {"call_id", "approved", "reviewer", "digest", "reason", "edits"}
 
 
 def error_kind(error: BaseException) -> str | None:
-    """The agent-adapter kind of a failed ``run`` (``"duplicate-effect"``, ...), else None.
+    """The agent-adapter kind of a failed call (``"duplicate-effect"``, ...), else None.
 
-    ``call_tool`` raises the activity's ``ActivityError``; its cause is the
-    ``ApplicationError`` whose ``type`` is the kind.
+    ``call_tool`` raises the activity's ``ActivityError``, whose cause is the
+    ``ApplicationError`` typed by the kind. Elsewhere the kind sits deeper: an agent run
+    under Temporal's OpenAI plugin fails with the plugin's ``AgentsWorkflowError`` raised
+    from that ``ActivityError``, and its starter sees a ``WorkflowFailureError`` whose
+    cause chain holds both. So the chain is followed (Temporal's ``cause``, then
+    ``__cause__``) to the first ``ApplicationError`` the bridge raised: its details carry
+    ``{"kind": <its type>, ...}``, which no other layer's error (the plugin's own, typed
+    ``"AgentsWorkflowError"``) does. Without one, the first ``ApplicationError`` directly
+    or under an ``ActivityError`` gives its type, as before.
     """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ApplicationError) and _ours(current):
+            return current.type
+        following = current.cause if isinstance(current, FailureError) else None
+        current = following or current.__cause__
     cause = error.cause if isinstance(error, ActivityError) else error
     if isinstance(cause, ApplicationError):
         return cause.type
     return None
+
+
+def _ours(error: ApplicationError) -> bool:
+    """Whether the bridge raised ``error``: its first detail is ``{"kind": error.type, ...}``."""
+    details = error.details
+    first = details[0] if details else None
+    return isinstance(first, Mapping) and first.get("kind") == error.type
 
 
 def _answer(answer: Any) -> dict[str, Any]:

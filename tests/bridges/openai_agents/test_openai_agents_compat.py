@@ -110,7 +110,7 @@ def _run(cases: list[dict[str, str | None]]) -> list[dict[str, object]]:
 def _error(missing: str) -> str:
     return (
         f"IntegrationError: openai-agents {agents.__version__} has no {missing}: agent-adapter's "
-        "bridge needs openai-agents >=0.24,<1.0 (pip install 'agent-adapter[openai-agents]')"
+        "bridge needs openai-agents >=0.22,<1.0 (pip install 'agent-adapter[openai-agents]')"
     )
 
 

@@ -143,19 +143,22 @@ def test_executor_none_uses_the_default_executor() -> None:
     assert tool._agent_adapter_export.executor is get_default_executor()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("version", ["0.24.0", "0.24.7", "0.31.2", "0.99.0", "0.24.0.post1"])
+@pytest.mark.parametrize(
+    "version",
+    ["0.22.0", "0.22.3", "0.23.1", "0.24.0", "0.24.7", "0.31.2", "0.99.0", "0.22.0.post1"],
+)
 def test_versions_in_range_export(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    """SDK versions from 0.24 to below 1.0 export."""
+    """SDK versions from 0.22 to below 1.0 export."""
     monkeypatch.setattr(agents, "__version__", version)
     assert bridge.sdk_version() == version
     assert len(function_tools(build(), executor=Executor())) == 4
 
 
 @pytest.mark.parametrize(
-    "version", ["0.23.9", "0.24.0rc1", "1.0.0", "1.0.0rc1", "1.2.0", "2.0", "unknown", ""]
+    "version", ["0.21.9", "0.22.0rc1", "0.19.2", "1.0.0", "1.0.0rc1", "1.2.0", "2.0", "unknown", ""]
 )
 def test_versions_out_of_range_raise(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    """An SDK outside 0.24 to below 1.0 raises IntegrationError at export."""
+    """An SDK outside 0.22 to below 1.0 raises IntegrationError at export."""
     monkeypatch.setattr(agents, "__version__", version)
     spec = build().get("refund")
     with pytest.raises(IntegrationError):

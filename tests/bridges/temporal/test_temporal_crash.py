@@ -36,7 +36,10 @@ REFUND = {"order_id": "A1", "amount_cents": 500}
 
 
 class WorkerProcess:
-    """``temporal_worker.py`` as a child process; ``ready`` waits for its first line."""
+    """``script`` (``temporal_worker.py``) as a child process; ``ready`` waits for its
+    first line."""
+
+    script = WORKER
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
@@ -45,7 +48,7 @@ class WorkerProcess:
     async def start(cls, tmp_path: Path, *args: str) -> WorkerProcess:
         log = (tmp_path / f"worker-{uuid.uuid4().hex[:6]}.err").open("wb")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(WORKER), *args, stdout=asyncio.subprocess.PIPE, stderr=log
+            sys.executable, str(cls.script), *args, stdout=asyncio.subprocess.PIPE, stderr=log
         )
         log.close()
         self = cls(proc)

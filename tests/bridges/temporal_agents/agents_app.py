@@ -1,0 +1,71 @@
+"""The agent tests' registry, workflow worker and history helpers.
+
+Shared by the tests (an in-process worker) and ``agents_worker.py`` (a worker process the
+tests kill), so both run the same registry on the same ledger, with Temporal's OpenAI
+plugin on the client and a ``PlannedModel`` behind every model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from agents_tools import shop_registry
+from agents_workflows import ShopAgent
+from temporalio.client import Client, WorkflowHistory
+from temporalio.openai_agents import OpenAIAgentsPlugin
+from temporalio.worker import Replayer, Worker
+
+from agent_adapter import Executor
+from agent_adapter.integrations.temporal import ToolActivities
+from agent_adapter.ledger import SQLiteLedger
+from agent_adapter.testing.temporal_openai_agents import agent_client
+
+#: The model activity the plugin schedules for each model call.
+MODEL_ACTIVITY = "invoke_model_activity"
+
+
+@asynccontextmanager
+async def running_agent_worker(
+    client: Client,
+    task_queue: str,
+    ledger: Path,
+    effects: Path,
+    *,
+    hooks: tuple[Any, ...] = (),
+    cached_workflows: int = 1000,
+) -> AsyncIterator[Executor]:
+    """A worker for ``ShopAgent`` (the plugin on its client) whose tool activities run on
+    an executor opened on ``ledger``."""
+    executor = await Executor.open(
+        shop_registry(effects), ledger=SQLiteLedger(str(ledger)), hooks=hooks
+    )
+    try:
+        worker = Worker(
+            agent_client(client),
+            task_queue=task_queue,
+            workflows=[ShopAgent],
+            activities=ToolActivities(executor).activities,
+            max_cached_workflows=cached_workflows,
+        )
+        async with worker:
+            yield executor
+    finally:
+        await executor.close()
+
+
+def scheduled(history: WorkflowHistory, activity: str) -> int:
+    """How many times the workflow scheduled ``activity`` (each model call is one)."""
+    return sum(
+        1
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    )
+
+
+async def replay(history: WorkflowHistory) -> None:
+    """Replay ``history`` under ``ShopAgent`` with the plugin, as a new worker would."""
+    await Replayer(workflows=[ShopAgent], plugins=[OpenAIAgentsPlugin()]).replay_workflow(history)
