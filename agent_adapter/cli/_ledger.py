@@ -145,7 +145,11 @@ async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
     path = Path(args.db)
     if is_export(path):
         key = read_key(getattr(args, "key_file", None))
-        verification = verify_export(read_export(path), key)
+        with showing("verify (reading)") as progress:
+            records = read_export(path, progress)
+            if progress is not None:
+                progress.phase("verify")
+            verification = verify_export(records, key, progress)
         print(verification_line(verification, args.style), file=out)
         print(EXPORT_NOTE, file=out)
         return 0 if verification.ok else 1
@@ -170,10 +174,16 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
     exported = is_export(path)
     if exported:
         key = read_key(getattr(args, "key_file", None))
-        records = read_export(path)
-        verification = verify_export(records, key)
-        events = export_events(path, records)
-        audit = replay(events, verification)
+        with showing("audit (reading)") as progress:
+            records = read_export(path, progress)
+            if progress is not None:
+                progress.phase("audit (verifying)")
+            verification = verify_export(records, key, progress)
+            events = export_events(path, records)
+            if progress is not None:
+                progress.phase("audit (replaying)")
+                progress.update(len(events))
+            audit = replay(events, verification)
     else:
         with showing("audit (reading)") as progress:
             async with open_ledger(args) as ledger:

@@ -80,31 +80,43 @@ def run(argv: list[str], *, tty: bool) -> tuple[int, bytes, bytes]:
 
 
 @pytest.mark.parametrize(
-    "command",
-    [["ledger", "verify"], ["ledger", "audit"], ["ledger", "export"]],
-    ids=["verify", "audit", "export"],
+    ("command", "exported", "label"),
+    [
+        ("verify", False, b"verify: 4,096 events of 10,000 (40%)"),
+        ("audit", False, b"audit (reading): 4,096 events"),
+        ("export", False, b"export: 4,096 events"),
+        ("verify", True, b"verify (reading): 4,096 events"),
+        ("audit", True, b"audit (reading): 4,096 events"),
+    ],
+    ids=["verify", "audit", "export", "verify-exported-file", "audit-exported-file"],
 )
 async def test_progress_shows_on_a_terminal_and_nothing_changes_without_one(
-    tmp_path: Path, command: list[str]
+    tmp_path: Path, command: str, exported: bool, label: bytes
 ) -> None:
     """On a terminal: at least one progress line (counting in thousands), the line erased
-    at the end, stdout as without it. Off a terminal: stderr empty, stdout the same bytes."""
+    at the end, stdout as without it. Off a terminal: stderr empty, stdout the same bytes.
+    The same for an SQLite ledger and for the file `ledger export` wrote of it."""
     db = tmp_path / "big.db"
     await big_ledger(db)
-    argv = [*command, "--db", str(db)]
+    if exported:
+        status, lines, _ = await asyncio.to_thread(
+            run, ["ledger", "export", "--db", str(db)], tty=False
+        )
+        assert (status, lines.count(b"\n")) == (0, EVENTS)
+        db = tmp_path / "big.jsonl"
+        db.write_bytes(lines)
+    argv = ["ledger", command, "--db", str(db)]
     plain = await asyncio.to_thread(run, argv, tty=False)
     shown = await asyncio.to_thread(run, argv, tty=True)
     assert plain[2] == b""
     assert (shown[0], shown[1]) == (plain[0], plain[1])
-    label = {"verify": b"verify", "audit": b"audit (reading)", "export": b"export"}[command[1]]
     lines = [part for part in shown[2].split(ERASE) if part]
     assert lines, shown[2]
-    assert lines[0].startswith(label + b": 4,096 events")
+    assert lines[0] == label
     assert shown[2].endswith(ERASE)
-    if command[1] == "verify":
-        assert lines[0] == b"verify: 4,096 events of 10,000 (40%)"
+    if command == "verify":
         assert plain[1].startswith(b"chain: intact (10000 events verified)")
-    if command[1] == "export":
+    if command == "export":
         assert plain[1].count(b"\n") == EVENTS
 
 
