@@ -1,8 +1,11 @@
 """``agent-adapter approvals serve``: the approval inbox, one server-rendered web page.
 
-The page lists the open deferred requests (tool, run, call, arguments as recorded, with
-redactions, digest, age) and the ones decided recently; a reviewer approves, denies or
-edits. It decides nothing itself: requests are read with ``DeferredApproval.pending()``,
+The page lists the open deferred requests (tool and what it does, run, call, arguments as
+recorded, with redactions and each field's description from the recorded schema, digest,
+the effect key and its status now, age) and the ones decided recently (an edit with what
+it changed); a reviewer approves, denies or edits. ``/run?id=RUN`` is a read-only
+timeline of one run, linked from every request (``_inbox_views``). It decides nothing
+itself: requests are read with ``DeferredApproval.pending()``,
 edits are checked with ``PendingApproval.edit_problem`` (the tool's recorded JSON Schema)
 and answers are recorded with ``DeferredApproval.answer``, as ``approvals approve`` does;
 the effect notices are the ones ``approvals list`` prints.
