@@ -11,8 +11,11 @@ An SQLite ledger of ~200,000 events (20,000 with ``--quick``) of whole calls
   to a ``Progress`` on the pty: the cost of the counting wrapper alone, without the
   interpreter's start-up.
 
-Figures are wall-clock medians over rounds and the median of the per-round ratios to the
-BASE of their pair. Run: ``python benchmarks/bench_progress.py [--quick] [--rounds N]``.
+Figures are medians over rounds of wall-clock time and of CPU time (the subprocess's, or
+this process's with the reader thread), and the median of the per-round ratios to the BASE
+of their pair: on a shared machine the CPU ratio is the steadier one.
+
+Run: ``python benchmarks/bench_progress.py [--quick] [--rounds N]``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,15 +55,21 @@ def _drain(fd: int) -> None:
             return
 
 
-def _cli(db: Path, stderr: int) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cli(db: Path, stderr: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one ``ledger verify`` subprocess."""
     command = [sys.executable, "-m", "agent_adapter.cli", "ledger", "verify", "--db", str(db)]
-    start = time.perf_counter()
+    cpu, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL, check=False
     )
     elapsed = time.perf_counter() - start
     assert done.returncode == 0, done.returncode
-    return elapsed
+    return elapsed, _children_cpu() - cpu
 
 
 def main() -> None:
@@ -73,23 +83,25 @@ def main() -> None:
         db = Path(tmp) / "big.db"
         events = asyncio.run(_build(db, target))
 
-        async def verify(progress: bool) -> float:
+        async def verify(progress: bool) -> tuple[float, float]:
             async with SQLiteLedger(db) as ledger:
                 report = Progress("verify", terminal).update if progress else None
-                start = time.perf_counter()
+                # Process CPU time: the check runs in the ledger's reader thread.
+                cpu, start = time.process_time(), time.perf_counter()
                 result = await ledger.verify(progress=report)
                 elapsed = time.perf_counter() - start
+                cpu = time.process_time() - cpu
             assert result.ok, result
-            return elapsed
+            return elapsed, cpu
 
-        variants: dict[str, Callable[[], float]] = {
+        variants: dict[str, Callable[[], tuple[float, float]]] = {
             "CLI verify, stderr not a terminal (BASE)": lambda: _cli(db, subprocess.DEVNULL),
             "CLI verify, stderr a terminal (progress)": lambda: _cli(db, slave),
             "in-process verify() (BASE 2)": lambda: asyncio.run(verify(False)),
             "in-process verify(progress=...)": lambda: asyncio.run(verify(True)),
         }
         names = list(variants)
-        samples: dict[str, list[float]] = {n: [] for n in names}
+        samples: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
         for r in range(rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
@@ -100,15 +112,17 @@ def main() -> None:
     rows = []
     for name in names:
         base = bases.get(name)
-        ratio = (
-            statistics.median(a / b for a, b in zip(samples[name], samples[base], strict=True))
-            if base
-            else 1.0
-        )
-        rows.append([name, f"{statistics.median(samples[name]) * 1000:,.0f}", fmt_ratio(ratio)])
+        row = [name]
+        for i in (0, 1):  # wall, CPU
+            mine = [t[i] for t in samples[name]]
+            theirs = [t[i] for t in samples[base]] if base else mine
+            ratio = statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
+            row += [f"{statistics.median(mine) * 1000:,.0f}", fmt_ratio(ratio)]
+        rows.append(row)
     print(header())
     print(f"## Progress output: `ledger verify` of {events:,} events, {rounds} rounds\n")
-    print(markdown_table(["variant", "median ms", "ratio"], rows))
+    headers = ["variant", "wall ms", "wall ratio", "CPU ms", "CPU ratio"]
+    print(markdown_table(headers, rows))
 
 
 if __name__ == "__main__":
