@@ -23,20 +23,14 @@ from __future__ import annotations
 import asyncio
 
 from _harness import Variant, bench, fmt_pct, fmt_ratio, header, markdown_table, parse_args
-from bench_ledger import call_events
+from bench_ledger import append_calls
 
 from agent_adapter.ledger import Event, MemoryLedger, decode_event, replay, verify_records
 
 
 async def _ledger(target: int) -> tuple[MemoryLedger, list[Event]]:
     ledger = MemoryLedger()
-    count, i = 0, 0
-    while count < target:
-        batch: list[Event] = []
-        while len(batch) < 5_000 and count + len(batch) < target:
-            batch += call_events(i)
-            i += 1
-        count += len(await ledger.append_many(batch))
+    await append_calls(ledger, target)
     return ledger, [e async for e in ledger.read()]
 
 

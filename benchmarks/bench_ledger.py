@@ -482,6 +482,19 @@ def call_events(i: int) -> list[Event]:
     return events
 
 
+async def append_calls(ledger: Any, target: int) -> int:
+    """Whole calls (``call_events``) appended to ``ledger`` in batches of ~5,000 events
+    until it holds ``target`` or a few more; how many were appended."""
+    count, i = 0, 0
+    while count < target:
+        batch: list[Event] = []
+        while len(batch) < 5_000 and count + len(batch) < target:
+            batch += call_events(i)
+            i += 1
+        count += len(await ledger.append_many(batch))
+    return count
+
+
 async def bench_replay(tmp: Path, quick: bool, rounds: int) -> str:
     path = tmp / "replay.db"
     target_events = 20_000 if quick else 200_000

@@ -17,7 +17,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from agent_adapter import DeferredApproval, Executor, Registry
 from agent_adapter.errors import ApprovalPending
@@ -34,7 +36,11 @@ def registry(executed: list[dict[str, Any]] | None = None) -> Registry:
     reg = Registry()
 
     @reg.tool(confirm=True, effect="refund:{order_id}", redact=("card",))
-    async def refund(order_id: str, amount_cents: int, card: str = "") -> str:
+    async def refund(
+        order_id: Annotated[str, msgspec.Meta(description="the order to refund")],
+        amount_cents: Annotated[int, msgspec.Meta(description="how much, in cents")],
+        card: str = "",
+    ) -> str:
         """Refund an order (integer cents); the card never reaches the ledger."""
         if executed is not None:
             executed.append({"order_id": order_id, "amount_cents": amount_cents, "card": card})

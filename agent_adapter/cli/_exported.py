@@ -14,10 +14,12 @@ could have written is a ``CliError`` naming the file and the line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._opening import _SQLITE_HEADER, CliError
+from ._progress import EVERY_EVENTS, Progress
 
 if TYPE_CHECKING:
     from ..ledger import Event, Record, Verification
@@ -43,14 +45,17 @@ def is_export(path: Path) -> bool:
     return bool(header) and header != _SQLITE_HEADER
 
 
-def read_export(path: Path) -> list[Record]:
-    """Every line of the exported file as the stored record it stands for."""
+def read_export(path: Path, progress: Progress | None = None) -> list[Record]:
+    """Every line of the exported file as the stored record it stands for (``progress``
+    told every ``EVERY_EVENTS`` lines)."""
     from ..ledger import parse_export_line
 
     records = []
     try:
         with path.open("rb") as fh:
             for number, line in enumerate(fh, 1):
+                if progress is not None and not number % EVERY_EVENTS:
+                    progress.update(number)
                 try:
                     records.append(parse_export_line(line))
                 except ValueError as exc:
@@ -65,11 +70,28 @@ def read_export(path: Path) -> list[Record]:
     return records
 
 
-def verify_export(records: list[Record], key: bytes | None) -> Verification:
-    """The chain check of an exported file: seq, links and every hash, exactly."""
+def verify_export(
+    records: list[Record], key: bytes | None, progress: Progress | None = None
+) -> Verification:
+    """The chain check of an exported file: seq, links and every hash, exactly
+    (``progress`` told every ``EVERY_EVENTS`` records, of how many)."""
     from ..ledger import check_chain
 
-    return check_chain(((r.seq, r.prev, r.hash, r.payload) for r in records), key)
+    links: Iterator[_Link] = ((r.seq, r.prev, r.hash, r.payload) for r in records)
+    if progress is not None:
+        links = _counted(links, progress, len(records))
+    return check_chain(links, key)
+
+
+#: (seq, prev, hash, payload) of one record, as ``check_chain`` takes them
+_Link = tuple[int, str, str, bytes]
+
+
+def _counted(items: Iterator[_Link], progress: Progress, total: int) -> Iterator[_Link]:
+    for done, item in enumerate(items, 1):
+        yield item
+        if not done % EVERY_EVENTS:
+            progress.update(done, total)
 
 
 def export_events(path: Path, records: list[Record]) -> list[Event]:

@@ -1,8 +1,11 @@
 """``agent-adapter approvals serve``: the approval inbox, one server-rendered web page.
 
-The page lists the open deferred requests (tool, run, call, arguments as recorded, with
-redactions, digest, age) and the ones decided recently; a reviewer approves, denies or
-edits. It decides nothing itself: requests are read with ``DeferredApproval.pending()``,
+The page lists the open deferred requests (tool and what it does, run, call, arguments as
+recorded, with redactions and each field's description from the recorded schema, digest,
+the effect key and its status now, age) and the ones decided recently (an edit with what
+it changed); a reviewer approves, denies or edits. ``/run?id=RUN`` is a read-only
+timeline of one run, linked from every request (``_inbox_views``). It decides nothing
+itself: requests are read with ``DeferredApproval.pending()``,
 edits are checked with ``PendingApproval.edit_problem`` (the tool's recorded JSON Schema)
 and answers are recorded with ``DeferredApproval.answer``, as ``approvals approve`` does;
 the effect notices are the ones ``approvals list`` prints.
@@ -23,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import hmac
-import html
 import ipaddress
 import json
 import secrets
@@ -38,6 +40,21 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..errors import ToolArgsInvalid, ToolUsageError
+from ._inbox_views import (
+    MAX_RUN_EVENTS,
+    changes_html,
+    changes_text,
+    description_html,
+    effect_html,
+    fields_html,
+    json_block,
+    json_line,
+    run_link,
+    run_page,
+    same_args,
+    utc_clock,
+)
+from ._inbox_views import esc as _e
 from ._opening import CliError, open_ledger
 from ._review import _effect_now, _effects_now
 
@@ -121,6 +138,8 @@ class Inbox:
         self.version = 0
         self._decided: dict[str, ApprovalAnswered] = {}
         self._used: dict[str, tuple[str, str]] = {}
+        # The arguments each request asked about, to show what an answer's edits changed.
+        self._asked: dict[str, Any] = {}
         self._lock = asyncio.Lock()
 
     def authorized(self, offered: str | None) -> bool:
@@ -129,16 +148,22 @@ class Inbox:
 
     async def refresh(self) -> None:
         """Read the events since the last look: answers and their use, and the version."""
-        from ..ledger import ApprovalAnswered, ApprovalConsumed
+        from ..ledger import ApprovalAnswered, ApprovalConsumed, ApprovalDeferred
 
         async with self._lock:
             async for event in self.ledger.read(after=self.version):
-                if isinstance(event, ApprovalAnswered):
+                if isinstance(event, ApprovalDeferred):
+                    self._asked.setdefault(event.request_id, event.args)
+                elif isinstance(event, ApprovalAnswered):
                     # The first answer in ledger order is the decision (as the port reads it).
                     self._decided.setdefault(event.request_id, event)
                 elif isinstance(event, ApprovalConsumed):
                     self._used.setdefault(event.request_id, (event.run_id, event.call_id))
                 self.version = event.seq
+
+    def asked(self, request_id: str) -> Any:
+        """The arguments ``request_id`` asked about, as recorded (None: not read yet)."""
+        return self._asked.get(request_id)
 
     def decided(self, request_id: str) -> ApprovalAnswered | None:
         """The recorded decision of ``request_id`` (as of the last refresh), or None."""
@@ -187,21 +212,11 @@ def _edits_from_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal as JSON values (1 and 1.0 differ, as they do for the digest)."""
-    from ..engine import canonical
-
-    try:
-        return canonical(a) == canonical(b)
-    except (TypeError, ValueError, OverflowError, RecursionError):
-        return False
-
-
 def _taken(request_id: str, answer: ApprovalAnswered) -> str:
     verdict = "approved" if answer.approved else "denied"
     return (
         f"another reviewer got there first: request {request_id} was already {verdict} by "
-        f"{answer.reviewer} at {_clock(answer.ts)}; nothing was recorded"
+        f"{answer.reviewer} at {utc_clock(answer.ts)}; nothing was recorded"
     )
 
 
@@ -232,14 +247,14 @@ async def decide(inbox: Inbox, request_id: str, data: dict[str, str]) -> tuple[i
     elif len(form.reviewer) > 200:
         form.errors["reviewer"] = "a name of at most 200 characters"
     edits: dict[str, Any] | None = None
-    shown = _json_block(request.args)
+    shown = json_block(request.args)
     # The text as the page showed it approves the request as asked, whatever the
     # recorded arguments are (text withheld as too large is not a JSON object).
     if action == "approve" and form.args_text is not None and form.args_text.strip() != shown:
         typed, problem = _edits_from_text(form.args_text)
         if problem is not None:
             form.errors["args"] = problem
-        elif not _same(typed, request.args):
+        elif not same_args(typed, request.args):
             edits = typed
             found = request.edit_problem(edits)
             if found is not None:
@@ -272,27 +287,11 @@ async def decide(inbox: Inbox, request_id: str, data: dict[str, str]) -> tuple[i
     verb = "approved" if action == "approve" else "denied"
     text = f"{verb} request {request_id} ({request.tool}, run {request.run_id}) as {form.reviewer}"
     if edits is not None:
-        text += f" with arguments {_json_line(edits)}"
+        text += f" with arguments {json_line(edits)}"
     return 200, text, _Form(reviewer=form.reviewer)
 
 
 # -- rendering ---------------------------------------------------------------------------
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _json_line(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=False, separators=(", ", ": "))
-
-
-def _json_block(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
-
-
-def _clock(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
 def _age(ts: float, now: float) -> str:
@@ -325,18 +324,19 @@ def _request_html(
     rid = request.request_id
     form = forms.get(rid, _Form())
     name = form.reviewer or reviewer
-    args_text = form.args_text if form.args_text is not None else _json_block(request.args)
+    args_text = form.args_text if form.args_text is not None else json_block(request.args)
     notice = _effect_now(request, effects)[1]
-    rows = [
-        ("run", request.run_id),
-        ("call", request.call_id),
-        ("request", rid),
-        ("digest", request.digest),
-    ]
-    facts = "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(v)}</code></dd>" for k, v in rows)
+    timeline = run_link(request.run_id, request.call_id)
+    facts = (
+        f'<dt>run</dt><dd><code>{_e(request.run_id)}</code> <a class="run-link" '
+        f'href="{_e(timeline)}">timeline</a></dd>'
+    )
+    rows = [("call", request.call_id), ("request", rid), ("digest", request.digest)]
+    facts += "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(v)}</code></dd>" for k, v in rows)
+    facts += f'<dt>effect</dt><dd class="effect">{effect_html(request.effect_key, effects)}</dd>'
     facts += (
         f'<dt>asked</dt><dd><span class="age" data-ts="{request.ts}">{_e(_age(request.ts, now))}'
-        f"</span> ago ({_e(_clock(request.ts))})</dd>"
+        f"</span> ago ({_e(utc_clock(request.ts))})</dd>"
     )
     if request.redact:
         facts += f"<dt>redacted</dt><dd>{_e(', '.join(request.redact))}</dd>"
@@ -346,18 +346,20 @@ def _request_html(
     if form.confirm is not None:
         confirm = (
             '<div class="confirm"><p>Approve with these edited arguments (they replace the '
-            f'requested ones entirely):</p><pre class="edited">{_e(_json_block(form.confirm))}'
-            f'</pre><form method="post" action="/requests/{_e(rid)}">{hidden}'
+            f'requested ones entirely):</p><pre class="edited">{_e(json_block(form.confirm))}'
+            f"</pre><p>What the edit changes:</p>{changes_html(request.args, form.confirm)}"
+            f'<form method="post" action="/requests/{_e(rid)}">{hidden}'
             f'<input type="hidden" name="reviewer" value="{_e(form.reviewer)}">'
             f'<input type="hidden" name="reason" value="{_e(form.reason)}">'
-            f'<input type="hidden" name="args" value="{_e(_json_line(form.confirm))}">'
+            f'<input type="hidden" name="args" value="{_e(json_line(form.confirm))}">'
             '<input type="hidden" name="confirmed" value="1">'
             '<button type="submit" name="action" value="approve" class="approve">'
             "Confirm approval with these arguments</button></form></div>"
         )
     return (
         f'<article class="request" id="req-{_e(rid)}" data-request="{_e(rid)}">'
-        f"<h3>{_e(request.tool)}</h3><dl>{facts}</dl>{warn}"
+        f"<h3>{_e(request.tool)}</h3>{description_html(request.description)}<dl>{facts}</dl>"
+        f"{warn}{fields_html(request.json_schema, request.args)}"
         f'<form method="post" action="/requests/{_e(rid)}">{hidden}'
         f'<label>Reviewer <input name="reviewer" value="{_e(name)}" autocomplete="name"></label>'
         f"{_field_error(forms, rid, 'reviewer')}"
@@ -380,16 +382,22 @@ def _decided_html(inbox: Inbox) -> str:
     rows = []
     for answer, used in recent:
         verdict = "approved" if answer.approved else "denied"
-        edited = _json_line(answer.edits) if answer.edits is not None else ""
+        edited = changes = ""
+        if answer.edits is not None:
+            edited = json_line(answer.edits)
+            asked = inbox.asked(answer.request_id)
+            changes = f'<p class="changes">{_e(changes_text(asked, answer.edits))}</p>'
         usage = f"call {used[1]}" if used else "not used yet"
         rows.append(
             # (The request id shortened, whole in its title: the table stays readable.)
             f'<tr data-request="{_e(answer.request_id)}"><td><code title="'
             f'{_e(answer.request_id)}">{_e(answer.request_id[:12])}</code></td>'
-            f"<td>{_e(answer.tool)}</td><td><code>{_e(answer.run_id)}</code></td>"
-            f'<td class="{verdict}">{verdict}</td><td>{_e(answer.reviewer)}</td>'
-            f'<td>{_e(answer.reason)}</td><td class="edits"><code>{_e(edited)}</code></td>'
-            f"<td>{_e(_clock(answer.ts))}</td><td>{_e(usage)}</td></tr>"
+            f'<td>{_e(answer.tool)}</td><td><a class="run-link" href="'
+            f'{_e(run_link(answer.run_id, answer.call_id))}"><code>{_e(answer.run_id)}</code>'
+            f'</a></td><td class="{verdict}">{verdict}</td><td>{_e(answer.reviewer)}</td>'
+            f'<td>{_e(answer.reason)}</td><td class="edits"><code>{_e(edited)}</code>{changes}'
+            "</td>"
+            f"<td>{_e(utc_clock(answer.ts))}</td><td>{_e(usage)}</td></tr>"
         )
     head = "".join(
         f"<th>{h}</th>"
@@ -445,6 +453,26 @@ async def render_page(
     )
 
 
+async def render_run(inbox: Inbox, run_id: str) -> str:
+    """The read-only page of one run: each call's timeline (``run_page``)."""
+    events: list[Any] = []
+    more = False
+    found = inbox.ledger.read(run_id=run_id)
+    try:
+        async for event in found:
+            if len(events) == MAX_RUN_EVENTS:
+                more = True
+                break
+            events.append(event)
+    finally:
+        close = getattr(found, "aclose", None)
+        if close is not None:
+            await close()
+    # Every key's state now (another run may hold this run's key).
+    effects = await _effects_now(inbox.ledger) if events else {}
+    return run_page(run_id, events, effects, label=inbox.label, more=more)
+
+
 _CSS = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:60rem;padding:1rem 1.5rem;
 color:#1d2330;background:#f6f7f9}
@@ -476,6 +504,23 @@ th,td{border:1px solid #d5d9e0;padding:.3rem .45rem;text-align:left;vertical-ali
 td code{white-space:nowrap}td.edits code{white-space:normal;overflow-wrap:anywhere}
 td.approved{color:#1f7a44;font-weight:600}td.denied{color:#a4262c;font-weight:600}
 .empty{color:#5b6475}
+.description{margin:0 0 .5rem;white-space:pre-wrap}.missing{color:#8a6d00}
+p.description.missing{font-style:italic}
+.effect-status{font-weight:600}.effect-status[data-status=free]{color:#1f7a44}
+.effect-status[data-status=committed],.effect-status[data-status=ambiguous]{color:#a4262c}
+.effect-status[data-status="in flight"]{color:#8a6d00}
+table.fields,table.diff{margin:.3rem 0 .6rem}td.value code{white-space:normal;
+overflow-wrap:anywhere}table.diff tr.changed td:last-child,table.diff tr.added td:last-child
+{background:#e3f4e8}table.diff tr.removed td:last-child{background:#fbe3e4}
+.changes{margin:.2rem 0 0;color:#5b6475;font-size:.85rem}
+.run-link{font-size:.85rem;margin-left:.3rem}
+.call{background:#fff;border:1px solid #d5d9e0;border-radius:.5rem;padding:.7rem 1rem;
+margin:.7rem 0}.call:target{border-color:#1d2330;box-shadow:0 0 0 2px #b8bfcc}
+ol.timeline{list-style:none;padding:0;margin:.3rem 0 0}ol.timeline li{padding:.2rem 0;
+border-top:1px solid #eef0f3;overflow-wrap:anywhere}ol.timeline li.outcome{font-weight:600}
+.seq,.when{color:#5b6475;font-size:.85rem}.outcome.ok{color:#1f7a44}
+span.approved{color:#1f7a44;font-weight:600}span.denied{color:#a4262c;font-weight:600}
+.read-only{color:#5b6475}
 """
 
 # New requests appear without a reload: the page asks for the live sections when the
@@ -658,6 +703,12 @@ def inbox_app(inbox: Inbox, *, hosts: frozenset[str] | None = None) -> Any:
         body = await render_page(inbox, notice=(kind, text), forms=forms, reviewer=filled.reviewer)
         return page(body, status, reviewer=filled.reviewer if status == 200 else None)
 
+    async def run_view(request: Request) -> Response:
+        run_id = request.query_params.get("id")
+        if not run_id:
+            return refused(400, "400 bad request: name the run: /run?id=RUN_ID")
+        return page(await render_run(inbox, run_id))
+
     async def css(request: Request) -> Response:
         return PlainTextResponse(_CSS, media_type="text/css", headers=_HEADERS)
 
@@ -671,6 +722,7 @@ def inbox_app(inbox: Inbox, *, hosts: frozenset[str] | None = None) -> Any:
         Route("/", guarded(index), methods=["GET"]),
         Route("/sections", guarded(sections), methods=["GET"]),
         Route("/requests/{request_id}", guarded(answer), methods=["POST"]),
+        Route("/run", guarded(run_view), methods=["GET"]),
         Route("/inbox.css", guarded(css), methods=["GET"]),
         Route("/inbox.js", guarded(js), methods=["GET"]),
         # Browsers ask for it unprompted: an empty answer, not a 404 in the console.

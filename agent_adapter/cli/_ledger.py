@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fnmatch
+import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -14,10 +15,11 @@ from typing import IO, TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from ..ledger import Event, Ledger
+    from ..ledger import Event, Ledger, Verification
 
 from ._exported import EXPORT_NOTE, export_events, is_export, read_export, verify_export
 from ._opening import CliError, open_ledger, read_key
+from ._progress import EVERY_EVENTS, Progress, showing
 from ._render import (
     EventLayout,
     event_json,
@@ -143,12 +145,17 @@ async def cmd_ledger_verify(args: argparse.Namespace, out: IO[str]) -> int:
     path = Path(args.db)
     if is_export(path):
         key = read_key(getattr(args, "key_file", None))
-        verification = verify_export(read_export(path), key)
+        with showing("verify (reading)") as progress:
+            records = read_export(path, progress)
+            if progress is not None:
+                progress.phase("verify")
+            verification = verify_export(records, key, progress)
         print(verification_line(verification, args.style), file=out)
         print(EXPORT_NOTE, file=out)
         return 0 if verification.ok else 1
     async with open_ledger(args) as ledger:
-        verification = await ledger.verify(deep=args.deep)
+        with showing("verify") as progress:
+            verification = await _verified(ledger, progress, deep=args.deep)
     if args.json:
         print(json_text(verification), file=out)
     else:
@@ -167,14 +174,29 @@ async def cmd_ledger_audit(args: argparse.Namespace, out: IO[str]) -> int:
     exported = is_export(path)
     if exported:
         key = read_key(getattr(args, "key_file", None))
-        records = read_export(path)
-        verification = verify_export(records, key)
-        events = export_events(path, records)
+        with showing("audit (reading)") as progress:
+            records = read_export(path, progress)
+            if progress is not None:
+                progress.phase("audit (verifying)")
+            verification = verify_export(records, key, progress)
+            events = export_events(path, records)
+            if progress is not None:
+                progress.phase("audit (replaying)")
+                progress.update(len(events))
+            audit = replay(events, verification)
     else:
-        async with open_ledger(args) as ledger:
-            events = [e async for e in ledger.read()]
-            verification = await ledger.verify()
-    audit = replay(events, verification)
+        with showing("audit (reading)") as progress:
+            async with open_ledger(args) as ledger:
+                if progress is None:
+                    events = [e async for e in ledger.read()]
+                else:
+                    events = await _read_all(ledger, progress)
+                    progress.phase("audit (verifying)")
+                verification = await _verified(ledger, progress)
+            if progress is not None:
+                progress.phase("audit (replaying)")
+                progress.update(len(events))
+            audit = replay(events, verification)
     problems = audit.problems()
     if args.json:
         calls = [
@@ -215,15 +237,43 @@ async def cmd_ledger_export(args: argparse.Namespace, out: IO[str]) -> int:
     from ..ledger import export_line
 
     async with open_ledger(args) as ledger:
-        read_records = getattr(ledger, "read_records", None)
-        if read_records is None:  # a store without stored bytes to give: decoded events
-            async for e in ledger.read():
-                print(event_json(e), file=out)
-            return 0
-        async for record in read_records():
-            try:
-                line = export_line(record)
-            except ValueError as exc:
-                raise CliError(f"{args.db}: {exc}; the export stops before it") from None
-            print(line.decode(), file=out)
+        with showing("export", output=out) as progress:
+            read_records = getattr(ledger, "read_records", None)
+            done = 0
+            if read_records is None:  # a store without stored bytes to give: decoded events
+                async for e in ledger.read():
+                    print(event_json(e), file=out)
+                    done += 1
+                    if progress is not None and not done % EVERY_EVENTS:
+                        progress.update(done)
+                return 0
+            async for record in read_records():
+                try:
+                    line = export_line(record)
+                except ValueError as exc:
+                    raise CliError(f"{args.db}: {exc}; the export stops before it") from None
+                print(line.decode(), file=out)
+                done += 1
+                if progress is not None and not done % EVERY_EVENTS:
+                    progress.update(done)
     return 0
+
+
+async def _verified(
+    ledger: Ledger, progress: Progress | None, *, deep: bool = False
+) -> Verification:
+    """``ledger.verify(deep=...)``, telling ``progress`` how far it is when there is one
+    (and the store takes it: a store of another kind verifies without)."""
+    if progress is None or "progress" not in inspect.signature(ledger.verify).parameters:
+        return await ledger.verify(deep=deep)
+    return await ledger.verify(deep=deep, progress=progress.update)  # type: ignore[call-arg]
+
+
+async def _read_all(ledger: Ledger, progress: Progress) -> list[Event]:
+    """Every event of ``ledger``, telling ``progress`` every ``EVERY_EVENTS``."""
+    events: list[Event] = []
+    async for e in ledger.read():
+        events.append(e)
+        if not len(events) % EVERY_EVENTS:
+            progress.update(len(events))
+    return events

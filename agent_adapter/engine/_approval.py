@@ -61,6 +61,8 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``effect_by_run_id`` and ``effect_by_call_id`` name the call that holds it, and
     ``effect_notice`` says all that in one sentence for a reviewer. Only the reviewer is
     told: after an approval the executor's effect check refuses the call as before.
+    ``description`` is the tool's (what it does), recorded by a deferred port for a
+    reviewer who has no registry (``""``: none given).
     """
 
     request_id: str
@@ -76,6 +78,7 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
     effect_state: str | None = None
     effect_by_run_id: str = ""
     effect_by_call_id: str = ""
+    description: str = ""
 
     @property
     def effect_notice(self) -> str | None:
@@ -237,6 +240,9 @@ class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
     effect_state: str | None = None
     effect_by_run_id: str = ""
     effect_by_call_id: str = ""
+    #: what the tool does, as recorded with the request ("" for a request recorded
+    #: before it was, or a tool without a description)
+    description: str = ""
 
     @property
     def effect_notice(self) -> str | None:
@@ -303,6 +309,7 @@ class DeferredApproval:
                 effect_state=event.effect_state or None,
                 effect_by_run_id=event.effect_by_run_id,
                 effect_by_call_id=event.effect_by_call_id,
+                description=event.description,
             )
             self._requests[event.request_id] = _Request(pending=pending)
             self._by_key.setdefault((event.run_id, event.tool, event.digest), []).append(
@@ -388,6 +395,7 @@ class DeferredApproval:
                     effect_state=request.effect_state or "",
                     effect_by_run_id=request.effect_by_run_id,
                     effect_by_call_id=request.effect_by_call_id,
+                    description=request.description,
                 ),
             )
             await self._catch_up()

@@ -90,6 +90,7 @@ async def _approve(pipe: Pipeline, run: _Run, call: Call) -> Call:
             effect_state=None if held is None else held.status,
             effect_by_run_id="" if held is None else held.run_id,
             effect_by_call_id="" if held is None else held.call_id,
+            description=run.spec.description or "",
         )
         try:
             answer = await pipe.approval.decide(request)

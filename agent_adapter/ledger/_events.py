@@ -159,6 +159,9 @@ class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pe
     and ``effect_state`` (``"claimed"``, ``"committed"``, ``"ambiguous"``; ``""`` when
     free or no key) say, as the executor knew it when asking, whether the call could run
     at all, and ``effect_by_run_id`` / ``effect_by_call_id`` name the call holding the key.
+    ``description``: what the tool does (its description), so that a reviewer reads it
+    without the registry (``""`` in requests written before it was recorded, or for a
+    tool without one).
     """
 
     request_id: str = ""
@@ -171,6 +174,7 @@ class ApprovalDeferred(Event, kw_only=True, omit_defaults=True, tag="approval.pe
     effect_state: str = ""
     effect_by_run_id: str = ""
     effect_by_call_id: str = ""
+    description: str = ""
 
 
 class ApprovalAnswered(Event, kw_only=True, omit_defaults=True, tag="approval.answered"):

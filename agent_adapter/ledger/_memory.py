@@ -6,7 +6,16 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from ..errors import LedgerError
-from ._chain import _TAGS, Record, Verification, _sha256, make_record, verify_records
+from ._chain import (
+    _TAGS,
+    Progress,
+    Record,
+    Verification,
+    _sha256,
+    counted,
+    make_record,
+    verify_records,
+)
 from ._events import EffectClaimed, Event, decode_event
 from ._follow import Follow, Followers, appending
 from ._recordable import PAYLOADS
@@ -197,10 +206,13 @@ class MemoryLedger(Followers):
         for record in self._records[after:]:
             yield record
 
-    async def verify(self, *, deep: bool = False) -> Verification:
+    async def verify(self, *, deep: bool = False, progress: Progress | None = None) -> Verification:
         """Check the whole chain. ``deep`` checks nothing more here: the records are the
-        whole store (there is no index or file that could be damaged apart from them)."""
-        return verify_records(self._records, self._key)
+        whole store (there is no index or file that could be damaged apart from them).
+        ``progress(done, total)`` is called every ``PROGRESS_EVERY`` records."""
+        if progress is None:
+            return verify_records(self._records, self._key)
+        return verify_records(counted(self._records, progress, len(self._records)), self._key)
 
     async def close(self) -> None:
         """Nothing to release; present for the protocol."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LedgerError
 from ._batches import Batch
-from ._chain import Record, Verification, columns_match, verify_records
+from ._chain import Progress, Record, Verification, columns_match, counted, verify_records
 from ._events import Event, decode_event
 from ._follow import Follow
 from ._head import check_head, head_mac
@@ -474,12 +474,13 @@ class PostgresLedger(GroupCommit):
                 return
             start = rows[-1][0]
 
-    async def verify(self, *, deep: bool = False) -> Verification:
+    async def verify(self, *, deep: bool = False, progress: Progress | None = None) -> Verification:
         """Check the whole stored chain in one snapshot: seq continuity from 1, links,
         hashes of the stored bytes, the indexed columns against the payload, and the head
         (events deleted from the end are not ok at the last seq + 1; rows past the head,
         written without it, at the head's seq + 1). ``deep`` checks the same (the server
-        keeps its own indexes)."""
+        keeps its own indexes). ``progress(done, total)`` is called from the checking
+        thread every ``PROGRESS_EVERY`` records (``total``: the head's seq)."""
         if not self._opened:
             await self.open()
         if self._closed:
@@ -488,7 +489,7 @@ class PostgresLedger(GroupCommit):
             return self._cannot_check()
         conn = await self._connect("verifying")
         try:
-            return await self._verify(conn)
+            return await self._verify(conn, progress)
         except LedgerError:
             raise
         except Exception as exc:
@@ -497,7 +498,9 @@ class PostgresLedger(GroupCommit):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 5)
 
-    async def _verify(self, conn: asyncpg.Connection) -> Verification:
+    async def _verify(
+        self, conn: asyncpg.Connection, progress: Progress | None = None
+    ) -> Verification:
         s = q(self.schema)
         loop = asyncio.get_running_loop()
         mismatch: list[int] = []
@@ -548,7 +551,10 @@ class PostgresLedger(GroupCommit):
                         yield record
 
             def check() -> Verification:
-                result = verify_records(records(), self._key)
+                scanned: Iterator[Record] = records()
+                if progress is not None:
+                    scanned = counted(scanned, progress, max(head_seq, 0))
+                result = verify_records(scanned, self._key)
                 # Drain what is left, so the producer's last put returns.
                 for _ in records():
                     pass

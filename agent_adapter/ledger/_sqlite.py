@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import LedgerError
 from ._batches import Batch
-from ._chain import Record, Verification, _damage
+from ._chain import Progress, Record, Verification, _damage
 from ._events import Event, decode_event
 from ._follow import Follow
 from ._head import head_mac
@@ -585,12 +585,14 @@ class SQLiteLedger(GroupCommit):
                 return
             start = records[-1].seq
 
-    async def verify(self, *, deep: bool = False) -> Verification:
+    async def verify(self, *, deep: bool = False, progress: Progress | None = None) -> Verification:
         """Check the whole stored chain (seq continuity, links, hashes of stored bytes),
         that it ends where its authenticated head says (see ``_check_head``), and that it
         holds every event its mark file names (``_sqlite_mark``: events a damaged WAL
         took back). ``deep=True`` also runs SQLite's ``PRAGMA integrity_check`` over the
-        whole file, its run_id/call_id indexes included (slower: it reads every page)."""
+        whole file, its run_id/call_id indexes included (slower: it reads every page).
+        ``progress(done, total)`` is called from the reader thread every
+        ``PROGRESS_EVERY`` records (``total``: the head's seq)."""
         if self._reader is None:
             await self.open()
         reader = self._reader
@@ -599,7 +601,12 @@ class SQLiteLedger(GroupCommit):
         if self._keyed and self._key is None:
             return self._cannot_check()
         check = functools.partial(
-            _verify_file, path=self.path, key=self._key, wait_s=self._busy_timeout_s, deep=deep
+            _verify_file,
+            path=self.path,
+            key=self._key,
+            wait_s=self._busy_timeout_s,
+            deep=deep,
+            progress=progress,
         )
         result: Verification | None = await reader.submit(check)
         if result is None:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import LedgerError
-from ._chain import Record, Verification, columns_match, verify_records
+from ._chain import Progress, Record, Verification, columns_match, counted, verify_records
 from ._head import check_head, parse_head_seq
 from ._sqlite_files import _CORRUPT, _NOTADB, _primary_code, _translate
 from ._sqlite_head import _READ_HEAD
@@ -78,12 +78,18 @@ def _read_mark(path: str, key: bytes | None) -> tuple[Mark | None, str]:
 
 
 def _verify_file(
-    conn: sqlite3.Connection, *, path: str, key: bytes | None, wait_s: float, deep: bool = False
+    conn: sqlite3.Connection,
+    *,
+    path: str,
+    key: bytes | None,
+    wait_s: float,
+    deep: bool = False,
+    progress: Progress | None = None,
 ) -> Verification | None:
     """``SQLiteLedger.verify`` in the reader thread (see the module's docstring).
 
     None when the file was marked keyed since it was opened and no key was given (the
-    caller says it cannot check).
+    caller says it cannot check). ``progress`` is told how far the scan is (``counted``).
     """
     # The hash covers the payload; reads filter on the indexed columns. So the
     # columns must say what the payload says, or a filtered read could hide events.
@@ -163,7 +169,10 @@ def _verify_file(
                 with contextlib.suppress(LedgerError):
                     head_at = parse_head_seq(meta["head_seq"], path)
             cursor = conn.execute(_SCAN)
-            result = verify_records(records(cursor), key)
+            scanned: Iterator[Record] = records(cursor)
+            if progress is not None:
+                scanned = counted(scanned, progress, max(head_at, 0))
+            result = verify_records(scanned, key)
             cursor.close()
             # Same snapshot as the records: a commit in between is not a difference.
             unlike = _unlike_indexes(conn, sums) if result.ok and not stopped else []

@@ -316,3 +316,85 @@ async def test_a_denial_in_the_browser_never_runs_the_call(tmp_path: Path, page:
     recorded = await events(db)
     assert timeline(recorded, "call-2")[-1] == "call.denied"
     assert "call.started" not in [e.type for e in recorded]
+
+
+async def test_the_run_view_opens_from_a_request_and_shows_markup_as_text(
+    tmp_path: Path, page: Any
+) -> None:
+    """A request's "timeline" link opens the read-only view of its run at its call; after
+    the reviewer approves and the agent asks again, the view shows both calls: who
+    approved (in the browser), the digest, the effect key, the outcome. A run id and
+    arguments holding markup are shown as text: no element of theirs is in the page and
+    no script of theirs ran."""
+    db = tmp_path / "ledger.db"
+    run_id = "<img src=x onerror=\"document.title='owned'\">"
+    hostile = {**REFUND, "order_id": "<script>document.title='owned'</script>"}
+    executed: list[dict[str, Any]] = []
+    ledger = SQLiteLedger(str(db))
+    deferred = DeferredApproval(ledger)
+    async with await Executor.open(registry(executed), ledger=ledger, approval=deferred) as ex:
+        try:
+            await ex.call("refund", hostile, run_id=run_id, call_id="call-1")
+        except ApprovalPending as exc:
+            request_id = exc.request_id
+        tokens, token = token_file(tmp_path)
+        with serving(db, tokens) as url:
+            await open_inbox(page, url, token)
+            article = f"#req-{request_id}"
+            async with page.expect_navigation():
+                await page.click(f"{article} a.run-link")
+            first_view = (
+                page.url.split("#", 1)[1],
+                await page.inner_text("h1"),
+                await page.eval_on_selector_all(
+                    "#run article.call", "els => els.map(e => e.dataset.call)"
+                ),
+                await page.eval_on_selector_all("#run li", "els => els.map(e => e.dataset.type)"),
+                await page.eval_on_selector("#run article.call:target", "e => e.dataset.call"),
+            )
+            await page.go_back()
+            await page.fill(f"{article} input[name=reviewer]", "alice")
+            await submit(page, f"{article} button[value=approve]")
+            value = await ex.call("refund", hostile, run_id=run_id, call_id="call-2")
+            async with page.expect_navigation():
+                await page.click(f"#decided tr[data-request='{request_id}'] a.run-link")
+            await screenshot(page, tmp_path / "inbox-run.png")
+            texts = await page.eval_on_selector_all(
+                "#run article.call", "els => els.map(e => e.innerText)"
+            )
+            summaries = await page.eval_on_selector_all(
+                "#run .summary", "els => els.map(e => e.innerText)"
+            )
+            injected = await page.eval_on_selector_all(
+                "#run script, #run img, header img", "els => els.length"
+            )
+            title = await page.title()
+    assert first_view == (
+        "call-call-1",
+        f"Run {run_id}",
+        ["call-1"],
+        [
+            "call.requested",
+            "call.validated",
+            "approval.requested",
+            "approval.pending",
+            "call.pending",
+        ],
+        "call-1",
+    )
+    assert value == f"refunded 4250 cents on {hostile['order_id']}"
+    assert executed == [hostile]
+    # The page's own title, as text: a script of theirs would have set it to 'owned'.
+    assert (injected, title) == (0, f"Run {run_id} · agent-adapter")
+    asked, ran = texts
+    assert "approval.answered approved by alice" in asked
+    recorded = await events(db)
+    (granted,) = [e for e in recorded if e.type == "approval.granted"]
+    assert f"approved by alice via port for digest {granted.digest[:12]}" in ran
+    assert f"effect key refund:{hostile['order_id']} claimed" in ran
+    assert summaries == [
+        f"call.pending · effect refund:{hostile['order_id']} committed (by call call-2, run "
+        f"{run_id})",
+        f"call.succeeded · effect refund:{hostile['order_id']} committed (by call call-2, run "
+        f"{run_id})",
+    ]

@@ -669,3 +669,20 @@ async def test_golden_v2_ledger_reopens(caplog: pytest.LogCaptureFixture) -> Non
         ("n3", "call.validated"),
         ("n3", "call.limited"),
     ]
+
+
+async def test_golden_requests_read_without_a_description() -> None:
+    """The deferred requests of both golden files (written before approval.pending
+    recorded the tool's description) read back with an empty one, and everything else
+    as recorded: a reader shows "not recorded", never fails."""
+    for path in (GOLDEN, GOLDEN_V2):
+        ledger = MemoryLedger()
+        for record in _records(path):
+            await ledger.append(decode_event(record.payload))
+        asked = [e for e in _events(_records(path)) if e.type == "approval.pending"]
+        deferred = DeferredApproval(ledger)
+        requests = [await deferred.get(e.request_id) for e in asked]
+        assert asked, path
+        assert [(r.description, r.tool, r.digest, r.args) for r in requests] == [
+            ("", e.tool, e.digest, e.args) for e in asked
+        ]

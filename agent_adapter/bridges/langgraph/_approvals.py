@@ -43,6 +43,7 @@ def interrupt_value(tool: str, prepared: Prepared, run_id: str, call_id: str) ->
         "call_id": call_id,
         "json_schema": prepared.json_schema,
         "effect_notice": prepared.effect_notice,
+        "description": prepared.spec.description,
     }
 
 
@@ -178,6 +179,7 @@ async def review_interrupts(
             digest=str(value.get("digest") or ""),
             metadata={"integration": NAME},
             json_schema=schema if isinstance(schema, dict) else None,
+            description=str(value.get("description") or ""),
         )
         decision, held = await ask_port(port, request)
         if decision is None:

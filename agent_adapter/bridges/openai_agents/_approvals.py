@@ -195,6 +195,7 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
             run_id=request_run_id,
             call_id=call_id,
             tool=tool,
+            description=export.spec.description if export is not None else "",
             args=args,
             digest=args_digest,
             metadata={"integration": NAME},

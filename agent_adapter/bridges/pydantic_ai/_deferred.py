@@ -115,6 +115,7 @@ async def resolve(
             run_id=run,
             call_id=call_id,
             tool=spec.name,
+            description=spec.description,
             args=prepared.args,
             digest=prepared.digest,
             metadata={"integration": NAME},

@@ -46,6 +46,7 @@ async def test_an_approved_call_interrupts_once_and_runs_once() -> None:
                 "call_id": "c1",
                 "json_schema": support.registry.get("refund").json_schema,
                 "effect_notice": "",
+                "description": support.registry.get("refund").description,
             },
             [],
         )
