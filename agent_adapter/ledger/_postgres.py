@@ -36,6 +36,7 @@ from ._postgres_schema import (
     check_schema_name,
     describe_dsn,
     inspect,
+    migrate,
     q,
     schema_sql,
     split_dsn,
@@ -202,6 +203,8 @@ class PostgresLedger(GroupCommit):
                         + (" (a reading command never creates one)" if self.readonly else "")
                     )
                 meta = await self._create_schema(conn)
+            elif int(meta["schema_version"]) < SCHEMA_VERSION and not self.readonly:
+                meta = await migrate(conn, self.schema, self.where)
             self._keyed = meta.get("keyed") == "1"
             if self._key is not None and not self._keyed and not self.readonly:
                 await self._add_key(conn)
