@@ -265,7 +265,10 @@ async def migrate(conn: asyncpg.Connection, schema: str, where: str) -> dict[str
     its meta as it is then. One migrator at a time (a session advisory lock: the index is
     built outside a transaction); another writer's appends go on meanwhile."""
     lock = f"agent-adapter:migrate:{schema}"
-    await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", lock)
+    # Tried, not waited for: a statement waiting for the lock would hold a snapshot that
+    # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock).
+    while not await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", lock):
+        await asyncio.sleep(0.05)
     try:
         meta = await inspect(conn, schema, where)
         assert meta is not None  # a ledger was found before, and ledgers are not dropped
