@@ -159,7 +159,9 @@ def append_function_sql(schema: str) -> str:
     2. the table must end at the head (its row there, nothing past it), else ``UNEVEN``.
     3. the claims (``p_key``...): one another holder has, past the claimer's horizon,
        answers ``CLAIMED`` (the same rule as the insert's ``WHERE``), writing nothing.
-    4. the claims upserted, the rows inserted from arrays (``unnest``), the head moved,
+    4. the claims upserted, the rows inserted from an array of the table's rows
+       (``unnest``: the driver encodes each row as a record, field by field, with no
+       check per value that a column array would cost), the head moved,
        ``pg_notify`` (delivered at COMMIT, in commit order), ``APPENDED``.
 
     An answer that wrote nothing held only the head's row lock; with ``p_quiet`` (the
@@ -172,8 +174,7 @@ def append_function_sql(schema: str) -> str:
     return f"""CREATE OR REPLACE FUNCTION {s}.append_events(
     p_head_seq bigint, p_head_hash text, p_head_mac text, p_since bigint, p_quiet boolean,
     p_lock_ms text,
-    p_seq bigint[], p_type text[], p_run_id text[], p_call_id text[], p_tool text[],
-    p_ts double precision[], p_payload bytea[], p_prev text[], p_hash text[],
+    p_rows {s}.events[],
     p_key text[], p_key_seq bigint[], p_holder text[], p_horizon bigint[],
     p_new_hash text, p_new_mac text, p_channel text)
 RETURNS TABLE (o_kind text, o_seq bigint, o_text text, o_hash text, o_payload bytea)
@@ -181,7 +182,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     h record;
     n bigint;
-    new_seq bigint := p_head_seq + coalesce(cardinality(p_seq), 0);
+    new_seq bigint := p_head_seq + coalesce(cardinality(p_rows), 0);
 BEGIN
     PERFORM set_config('lock_timeout', p_lock_ms, true);
     SELECT hd.seq, hd.hash, hd.mac INTO h FROM {s}.head hd WHERE hd.id = 1 FOR UPDATE;
@@ -231,9 +232,7 @@ BEGIN
             RAISE EXCEPTION '{CLAIM_RACE}';
         END IF;
     END IF;
-    INSERT INTO {s}.events (seq, type, run_id, call_id, tool, ts, payload, prev, hash)
-        SELECT * FROM unnest(p_seq, p_type, p_run_id, p_call_id, p_tool, p_ts, p_payload,
-            p_prev, p_hash);
+    INSERT INTO {s}.events SELECT * FROM unnest(p_rows);
     UPDATE {s}.head SET seq = new_seq, hash = p_new_hash, mac = p_new_mac WHERE id = 1;
     PERFORM pg_notify(p_channel, new_seq::text);
     RETURN QUERY SELECT 'ok'::text, new_seq, p_new_mac, p_new_hash, NULL::bytea;
@@ -266,8 +265,10 @@ async def migrate(conn: asyncpg.Connection, schema: str, where: str) -> dict[str
     built outside a transaction); another writer's appends go on meanwhile."""
     lock = f"agent-adapter:migrate:{schema}"
     # Tried, not waited for: a statement waiting for the lock would hold a snapshot that
-    # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock).
-    while not await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", lock):
+    # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock). The lock is the
+    # server's, held by another process: polled, there is no event to wait on.
+    try_lock = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+    while not await conn.fetchval(try_lock, lock):  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     try:
         meta = await inspect(conn, schema, where)

@@ -1,36 +1,37 @@
 """The Postgres ledger's group-commit writer task and its ``LISTEN`` connection.
 
 Writer. One task per ledger object owns the write connection. Each wake-up takes every
-batch staged since the last one into one transaction:
+batch staged since the last one into one transaction, and a transaction is one call of
+the schema's function ``append_events`` (``_postgres_schema.append_function_sql``),
+outside a transaction block, so that the call is its commit: one round trip.
 
-1. ``BEGIN`` and ``SELECT ... FROM head FOR UPDATE``: the row lock is held until
-   COMMIT, so writers of every process commit one at a time, in seq order, and a
-   rollback leaves no gap (seq is explicit, never drawn from a sequence). The head is
-   read (and its MAC checked against the key) unless this writer's last transaction
-   left it: then both go in one round trip and the head is checked in step 4.
-2. The events others committed since the followers last heard (``seq > delivered``):
-   handed to the followers before any waiter wakes, and their effect claims refuse our
-   batches that claim the same keys (``Follow.refused``, as in the SQLite store).
-3. The surviving batches' ``effect.claimed`` keys into ``effect_claims`` with
-   ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the existing claim is the same
-   holder's or one the claimer had heard of (its seq is within the claimer's horizon),
-   ``RETURNING key``: the database's own check of the rule of step 2. A key that does
-   not come back (a claim step 2 could not see) refuses its batch and the transaction
-   is written again without it.
-4. The rows, chained with explicit seq/prev/hash, by binary COPY; then one round trip
-   checks that the head is the one they were chained on and that the table ends at it,
-   moves the head, sends ``pg_notify`` (delivered at commit, in commit order, to wake
-   idle followers) and COMMITs. A failed check aborts before the COMMIT: an expected
-   head another writer moved is read and the batch written again; a table that does
-   not end at the head refuses the append (appending would cover the evidence).
+1. The rows are chained (explicit seq/prev/hash, computed here: the key never reaches
+   the database) on the head this writer's last commit left, and the call sends them
+   with the head they expect. The function locks the head row ``FOR UPDATE`` (so writers
+   of every process commit one at a time, in seq order, and a rollback leaves no gap),
+   checks it is the expected one and that the table ends at it, checks and writes the
+   effect claims, inserts the rows, moves the head and sends ``pg_notify`` (delivered
+   at commit, in commit order, to wake idle followers).
+2. Another writer moved the head (or this writer knows none yet): the function answers
+   the head and the committed rows past what our followers have heard, writing nothing.
+   Those rows are the others' events: handed to the followers before any waiter wakes,
+   and their effect claims refuse our batches that claim the same keys
+   (``Follow.refused``, as in the SQLite store); the survivors are chained again on that
+   head and sent again. After ``_OPTIMISTIC_TRIES`` such answers in a row the writer
+   opens a transaction block, so the head stays locked from the call that reads it to
+   COMMIT: a writer that keeps losing the race is never starved.
+3. A claim the function finds held by another holder past the claimer's horizon (a
+   claim the events did not show: written around the ledger) refuses its batch, and the
+   transaction is sent again without it. A table that does not end at the head refuses
+   the append (appending would cover the evidence), with the reason read off the table.
 
-Lost commits. A connection that fails during step 4 leaves the outcome unknown. The
-writer reconnects and takes the head lock (so the old transaction, which held it, has
-ended one way or the other), then looks for its last row by seq and hash: found, the
-batch committed; not found, it did not, and only then is it written again. Nothing is
-appended twice. A database that stays away past ``timeout_s`` fails the batches with
-``LedgerError``: they are not reported done (they may have landed; the next writer that
-reads the ledger sees them, and they are never stored twice).
+Lost commits. A connection that fails while the call (or a block's COMMIT) is under way
+leaves the outcome unknown. The writer reconnects and takes the head lock (so the old
+transaction, which held it, has ended one way or the other), then looks for its last row
+by seq and hash: found, the batch committed; not found, it did not, and only then is it
+written again. Nothing is appended twice. A database that stays away past ``timeout_s``
+fails the batches with ``LedgerError``: they are not reported done (they may have landed;
+the next writer that reads the ledger sees them, and they are never stored twice).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class PgWriter:
         # One append transaction (see _postgres_schema.append_function_sql).
         self._append = (
             "SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM"
-            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 23))})"
+            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 15))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
         self._last_row = (
@@ -515,7 +516,6 @@ class PgWriter:
         mac: str,
     ) -> list[Any]:
         """The append function's call (one round trip; outside a block its commit)."""
-        columns: list[Any] = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 9
         values = list(claims.values())
         try:
             answer: list[Any] = await conn.fetch(
@@ -524,7 +524,7 @@ class PgWriter:
                 since,
                 not in_block,
                 self._lock_ms,
-                *columns,
+                rows,
                 list(claims),
                 [v[0] for v in values],
                 [v[1] for v in values],

@@ -46,7 +46,7 @@ class _FlakyCommit:
         # the call is its commit.
         if sql == self._commit_sql and not self.tripped and self._conn.is_in_transaction():
             raise AssertionError("the append's call was expected to be its own transaction")
-        if sql == self._commit_sql and not self.tripped and args[6]:
+        if sql == self._commit_sql and not self.tripped and args[6]:  # rows to write
             self.tripped = True
             if self._lands:
                 await self._conn.fetch(sql, *args)  # committed; the answer is what is lost
