@@ -37,7 +37,6 @@ the next writer that reads the ledger sees them, and they are never stored twice
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import re
@@ -107,6 +106,10 @@ class _Store(Protocol):
 
     async def _connect(self, doing: str) -> asyncpg.Connection:
         """A new connection; ``LedgerError`` naming the database."""
+        ...
+
+    async def _let_go(self, conn: asyncpg.Connection) -> None:
+        """Done with ``conn``: back to the pool, or closed."""
         ...
 
     def _holder(self, owner: Follow | None) -> str:
@@ -193,6 +196,8 @@ class PgWriter:
             f" {s}.append_events({', '.join(f'${i}' for i in range(1, 15))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
+        # (A pool's connection has the service's settings: the wait is set here.)
+        self._lock_wait = f"SET LOCAL lock_timeout = {int(self._wait_s * 1000)}"
         self._last_row = (
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
@@ -224,8 +229,7 @@ class PgWriter:
         await asyncio.shield(self._task)
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 5)
+            await self._ledger._let_go(conn)
 
     async def _serve(self) -> None:
         while True:
@@ -377,6 +381,7 @@ class PgWriter:
             try:
                 conn = await self._connection(deadline)
                 async with conn.transaction():
+                    await conn.execute(self._lock_wait)
                     await conn.fetchrow(self._lock_head)
                     found = await conn.fetchval(self._hash_at, seq)
                 return bool(found == hash_)
