@@ -158,11 +158,8 @@ class PostgresLedger(GroupCommit):
             raise LedgerError(
                 "PostgresLedger needs asyncpg: pip install 'agent-adapter[postgres]'"
             ) from None
-        ms = str(int(self.timeout_s * 1000))
         try:
             if self._pool is not None:
-                # The pool's settings are the service's: the head's lock_timeout is set
-                # in each transaction that takes the head instead.
                 pooled: asyncpg.Connection = await self._pool.acquire(
                     timeout=min(self.timeout_s, 30.0)
                 )
@@ -171,11 +168,9 @@ class PostgresLedger(GroupCommit):
                 self._dsn,
                 timeout=min(self.timeout_s, 30.0),
                 command_timeout=self.timeout_s + 5,
-                server_settings={
-                    "application_name": "agent-adapter",
-                    # A writer waits this long for the head row another writer holds.
-                    "lock_timeout": ms,
-                },
+                # No lock_timeout here: PgBouncer refuses startup parameters it does not
+                # know. Each transaction that takes the head sets its own wait.
+                server_settings={"application_name": "agent-adapter"},
             )
         except Exception as exc:
             raise translate(self.where, doing, exc, self.timeout_s) from exc
@@ -270,6 +265,7 @@ class PostgresLedger(GroupCommit):
         be re-keyed)."""
         s = q(self.schema)
         async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = {int(self.timeout_s * 1000)}")
             head = await conn.fetchrow(f"SELECT seq FROM {s}.head WHERE id = 1 FOR UPDATE")
             count = await conn.fetchval(
                 f"SELECT count(*) FROM (SELECT 1 FROM {s}.events LIMIT 1) e"

@@ -493,3 +493,27 @@ async def test_a_dsn_that_does_not_parse_is_one_clear_error(pg_schema: str) -> N
     message = await _refused("postgresql://app@127.0.0.1:notaport/pay", pg_schema)
     assert message.startswith("ledger postgresql://app@127.0.0.1:notaport/pay (schema ")
     assert "opening: the DSN is not valid (" in message
+
+
+async def test_a_head_held_past_timeout_s_fails_the_append_and_nothing_lands(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Another session holds the head row locked: an append waits ``timeout_s`` (the
+    function sets the wait in its own transaction: no startup setting, which PgBouncer
+    would refuse), then fails with LedgerError saying so; once the head is free the next
+    append lands right after the last acknowledged one."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, timeout_s=1) as ledger:
+        await ledger.append(_event(0))
+        admin = await _admin(postgres_dsn)
+        try:
+            holding = admin.transaction()
+            await holding.start()
+            await admin.execute(f'SELECT 1 FROM "{pg_schema}".head WHERE id = 1 FOR UPDATE')
+            with pytest.raises(LedgerError, match="held the ledger's head for more than 1 s"):
+                await ledger.append(_event(1))
+            await holding.rollback()
+        finally:
+            await admin.close()
+        second = await ledger.append(_event(2))
+        assert [(e.seq, e.call_id) async for e in ledger.read()] == [(1, "c0"), (2, "c2")]
+        assert second.seq == 2
