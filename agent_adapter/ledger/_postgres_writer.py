@@ -75,8 +75,11 @@ _astuple = msgspec.structs.astuple
 _UNIQUE_VIOLATION = "23505"
 # A digest as this writer writes it (the empty hash of an empty ledger included).
 _HEX = re.compile(r"[0-9a-f]{64}|")
-# Answers STALE in a row before a writer takes the head and holds it to COMMIT.
-_OPTIMISTIC_TRIES = 2
+# Answers STALE in a row before a writer takes the head and holds it to COMMIT. A stale
+# answer costs a round trip and no flush; the block holds the head for three round trips
+# and the chaining. Measured with 4 processes x 16 appenders (3 rounds each, load 10): 2
+# tries ~1,260-1,700 events/s, 8 tries ~1,430-2,950, unbounded ~1,450-2,400.
+_OPTIMISTIC_TRIES = 8
 # What a commit leaves for the followers (see _batches.hand_over).
 _Done = tuple[list[Event], int, list[Written]]
 
@@ -478,6 +481,8 @@ class PgWriter:
                             raise
                         raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 self._known = (seq, prev, mac)
+                # Our own NOTIFY is no news: it does not wake this writer for followers.
+                self.hint = max(self.hint, seq)
                 return foreign, seq, written
             if kind == STALE:
                 _, at, at_mac, at_hash, _ = answer[0]
