@@ -439,7 +439,8 @@ class PostgresLedger(GroupCommit):
 
                     if attempt == 1 and connection_lost(exc):
                         if conn is not None:
-                            conn.terminate()
+                            with contextlib.suppress(Exception):  # a pool's may be back
+                                conn.terminate()
                         self._reader = None
                         continue
                     raise translate(self.where, "reading", exc, self.timeout_s) from exc

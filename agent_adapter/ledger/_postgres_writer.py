@@ -37,6 +37,7 @@ the next writer that reads the ledger sees them, and they are never stored twice
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import re
@@ -297,7 +298,10 @@ class PgWriter:
         self._known = None
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.terminate()
+            # A pooled connection the server closed may already be back in its pool
+            # (asyncpg releases it on close): then there is nothing left to end.
+            with contextlib.suppress(Exception):
+                conn.terminate()
 
     async def _write(self, batches: list[Batch], follows: tuple[Follow, ...]) -> _Done | None:
         """Commit ``batches`` (see the module docstring); None when they failed."""

@@ -52,9 +52,9 @@ async def test_a_ledger_on_a_pool_gives_every_connection_back(
 async def test_a_pooled_writer_whose_backend_is_terminated_goes_on(
     postgres_dsn: str, pg_schema: str
 ) -> None:
-    """pg_terminate_backend on the writer's pooled connection: the next append takes
-    another one from the pool and lands once; the dead one went back to the pool, so a
-    pool of 3 still gives the service all three connections after close."""
+    """pg_terminate_backend on the writer's pooled connection, which asyncpg then gives
+    back to the pool by itself: the next append takes another one from the pool and
+    lands once, and a pool of 3 still gives the service all three after close."""
     pool = await asyncpg.create_pool(postgres_dsn, min_size=0, max_size=3)
     assert pool is not None
     admin = await asyncpg.connect(postgres_dsn)
@@ -63,9 +63,15 @@ async def test_a_pooled_writer_whose_backend_is_terminated_goes_on(
             await ledger.append(_event(0))
             writer = ledger._writer
             assert writer is not None and writer._conn is not None
-            assert await admin.fetchval(
-                "SELECT pg_terminate_backend($1)", writer._conn.get_server_pid()
-            )
+            conn = writer._conn
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", conn.get_server_pid())
+            # Until asyncpg has seen the socket close and given the connection back to
+            # the pool: the writer must then not touch what is no longer its own.
+            for _ in range(500):
+                if _released(conn):
+                    break
+                await asyncio.sleep(0.01)
+            assert _released(conn)
             second = await ledger.append(_event(1))
             assert second.seq == 2
             assert await ledger.verify() == Verification(ok=True, checked=2)
@@ -75,6 +81,15 @@ async def test_a_pooled_writer_whose_backend_is_terminated_goes_on(
     finally:
         await admin.close()
         await pool.close()
+
+
+def _released(conn: asyncpg.Connection) -> bool:
+    """Whether a pool's connection went back to its pool (its methods then refuse)."""
+    try:
+        conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True
+    return False
 
 
 def test_a_pool_that_is_not_one_is_refused() -> None:
