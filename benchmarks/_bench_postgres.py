@@ -13,9 +13,19 @@ synchronous_commit on; ``tests/_pg_cluster.py``), or on
   (released together; timed from the release to the last one done);
 - executor calls/s at 16 concurrent calls (a plain tool: requested, validated, started,
   succeeded), on Postgres and on ``SQLiteLedger`` (synchronous=FULL) in the same run, and
-  the per-call cost of one call at a time on each.
+  one call at a time on each, beside BASE CALL: raw asyncpg doing a call's two one-row
+  transactions (``call.started`` before the body, the rest after it);
+- reads of one call of one run (``read(run_id=, call_id=)``) on a ledger of 120,000 events
+  whose call ids repeat in every run, beside raw asyncpg running the same statement
+  through the same index and decoding the rows (BASE READ).
 
-Targets (issue 13): 64 appenders >= 0.7 x BASE COPY; the fleet >= 2,000 events/s.
+Then, outside the timed rounds, what one commit costs the server (pg_stat_statements,
+top-level statements: one per round trip here): statements per commit of one appender
+and of BASE 1, and statements and function calls per event of the fleet.
+
+Targets (issue 29, same-run ratios): one appender >= 0.9 x BASE 1; 64 appenders >= 0.7 x
+BASE COPY; the fleet >= 1.5 x the 64 appenders of one process; one call at a time >= 0.8
+x BASE CALL; a read of one call of one run >= 0.5 x BASE READ (at most twice its time).
 The fsync rate of the disk the cluster writes to (8 kB ``os.write`` + ``fdatasync``) is
 printed beside the table: every commit waits for one.
 """
@@ -138,7 +148,7 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
         bindir = binaries()
         if bindir is None:
             return "## Appends on PostgreSQL\n\nskipped: no PostgreSQL binaries (initdb, pg_ctl)\n"
-        cluster = Cluster.start(bindir)
+        cluster = Cluster.start(bindir, extra=("-c shared_preload_libraries=pg_stat_statements",))
         dsn = cluster.dsn
         probe_dir = cluster.root
     try:
@@ -151,6 +161,15 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
         }
         for statement in schema_sql("bench_raw"):
             await admin.execute(statement)
+        counted = await admin.fetchval(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_stat_statements'"
+        )
+        if counted:
+            try:
+                await admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                await admin.fetchval("SELECT count(*) FROM pg_stat_statements")
+            except asyncpg.PostgresError:
+                counted = 0  # not preloaded (a server of $AGENT_ADAPTER_BENCH_POSTGRES_DSN)
         await admin.close()
 
         per = {1: 40 if quick else 300, 16: 20 if quick else 200, 64: 10 if quick else 120}
@@ -214,6 +233,18 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
             return order_id
 
         calls = 30 if quick else 200
+        rawx = await asyncpg.connect(dsn)
+
+        async def raw_calls() -> float:
+            # What a plain call costs a store at least: two one-row transactions.
+            rows = renumber(rows_for(next(tags), 1, 2 * calls))
+            t0 = time.perf_counter()
+            for row in rows:
+                async with rawx.transaction():
+                    await rawx.execute(insert, *row)
+            return time.perf_counter() - t0
+
+        reads, read_of = await _read_ledger(dsn, quick)
         pg_exec = await Executor.open(registry, ledger=PostgresLedger(dsn, schema="bench_exec"))
         sq_exec = await Executor.open(registry, ledger=SQLiteLedger(tmp / "exec.db"))
         counter = iter(range(10**9))
@@ -257,13 +288,30 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
                 calls,
                 executor_calls(pg_exec, 1),
             ),
+            "raw asyncpg, a call's 2 one-row transactions, 1 at a time (BASE CALL, calls/s)": (
+                calls,
+                raw_calls,
+            ),
+            "raw asyncpg, one call of one run through events_call_run (BASE READ, reads/s)": (
+                reads,
+                read_of("raw"),
+            ),
+            "PostgresLedger.read(run_id=, call_id=) at 120,000 events (reads/s)": (
+                reads,
+                read_of("ours"),
+            ),
         }
         try:
             from bench_ledger import rounds_of
 
             await rounds_of(variants, 1)
             samples = await rounds_of(variants, rounds)
+            costs = (
+                await _costs(dsn, ledgers[1], raw_one, fleet, 4 * 16 * fleet_per) if counted else ""
+            )
         finally:
+            await read_of("close")()
+            await rawx.close()
             await raw1.close()
             await rawc.close()
             for ledger in ledgers.values():
@@ -278,34 +326,57 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
 
     names = list(variants)
     base1, basec = samples[names[0]], samples[names[1]]
-    bases = {
-        names[0]: ("1 (BASE 1)", None),
-        names[1]: (f"{paired_ratio(basec, base1):.2f} x BASE 1", None),
-        names[2]: (f"{paired_ratio(samples[names[2]], base1):.2f} x BASE 1", None),
+
+    def ratio(name: str, base: str) -> float:
+        return paired_ratio(samples[name], samples[base])
+
+    one, sixty4, fleet_name = names[2], names[4], names[5]
+    exec1, base_call, base_read, ours_read = names[9], names[10], names[11], names[12]
+    cells: dict[str, tuple[str, str, bool | None]] = {
+        names[0]: ("1 (BASE 1)", "", None),
+        names[1]: (f"{ratio(names[1], names[0]):.2f} x BASE 1", "", None),
+        one: (
+            f"{ratio(one, names[0]):.2f} x BASE 1",
+            ">= 0.9 x BASE 1",
+            ratio(one, names[0]) >= 0.9,
+        ),
+        names[3]: (f"{ratio(names[3], names[1]):.2f} x BASE COPY", "", None),
+        sixty4: (
+            f"{ratio(sixty4, names[1]):.2f} x BASE COPY",
+            ">= 0.7 x BASE COPY",
+            ratio(sixty4, names[1]) >= 0.7,
+        ),
+        fleet_name: (
+            f"{ratio(fleet_name, sixty4):.2f} x 64 appenders",
+            ">= 1.5 x 64 appenders",
+            ratio(fleet_name, sixty4) >= 1.5,
+        ),
+        names[6]: ("1 (BASE EXEC)", "", None),
+        names[7]: (f"{ratio(names[7], names[6]):.2f} x BASE EXEC", "", None),
+        names[8]: ("1 (BASE EXEC 1)", "", None),
+        exec1: (
+            f"{ratio(exec1, base_call):.2f} x BASE CALL; "
+            f"{ratio(exec1, names[8]):.2f} x BASE EXEC 1",
+            ">= 0.8 x BASE CALL",
+            ratio(exec1, base_call) >= 0.8,
+        ),
+        base_call: ("1 (BASE CALL)", "", None),
+        base_read: ("1 (BASE READ)", "", None),
+        ours_read: (
+            f"{ratio(ours_read, base_read):.2f} x BASE READ",
+            ">= 0.5 x BASE READ",
+            ratio(ours_read, base_read) >= 0.5,
+        ),
     }
+    del base1, basec
     rows = []
-    for i, name in enumerate(names):
+    for name in names:
         med, spread = summarize(samples[name])
-        target, met = "", ""
-        if name in bases:
-            ratio = bases[name][0]
-        elif i in (3, 4):
-            ratio = f"{paired_ratio(samples[name], basec):.2f} x BASE COPY"
-            if i == 4:
-                r = paired_ratio(samples[name], basec)
-                target, met = ">= 0.7 x BASE COPY", "yes" if r >= 0.7 else "**no**"
-        elif i == 5:
-            ratio = f"{paired_ratio(samples[name], basec):.2f} x BASE COPY"
-            target, met = ">= 2,000/s", "yes" if med >= 2000 else "**no**"
-        elif i == 6:
-            ratio = "1 (BASE EXEC)"
-        elif i == 7:
-            ratio = f"{paired_ratio(samples[name], samples[names[6]]):.2f} x BASE EXEC"
-        elif i == 8:
-            ratio = "1 (BASE EXEC 1)"
-        else:
-            ratio = f"{paired_ratio(samples[name], samples[names[8]]):.2f} x BASE EXEC 1"
-        rows.append([name, f"{med:,.0f}", fmt_pct(spread), f"{1e6 / med:,.1f}", ratio, target, met])
+        text, target, met = cells[name]
+        shown = "" if met is None else ("yes" if met else "**no**")
+        rows.append(
+            [name, f"{med:,.0f}", fmt_pct(spread), f"{1e6 / med:,.1f}", text, target, shown]
+        )
     table = markdown_table(
         ["variant", "per s (median)", "spread", "µs each", "ratio", "target", "met"], rows
     )
@@ -315,5 +386,142 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
         f"- PostgreSQL {version} on {where}; fsync={settings['fsync']}, "
         f"synchronous_commit={settings['synchronous_commit']}, "
         f"wal_sync_method={settings['wal_sync_method']}\n"
-        f"- this disk's fsync rate: {fsyncs:,.0f} fdatasync/s (8 kB writes)\n\n" + table + "\n"
+        f"- this disk's fsync rate: {fsyncs:,.0f} fdatasync/s (8 kB writes)\n"
+        f"- load average at the end: {os.getloadavg()[0]:.1f} (2 cores)\n\n" + table + "\n" + costs
+    )
+
+
+READ_RUNS, READ_CALLS = 1_334, 30  # 3 events a call: 120,060 events
+
+
+async def _read_ledger(
+    dsn: str, quick: bool
+) -> tuple[int, Callable[[str], Callable[[], Awaitable[float]]]]:
+    """A ledger of whole calls whose call ids repeat in every run (c0..c29 in each), and
+    the reads of one call of one run through it: ours, raw asyncpg, and closing both."""
+    import asyncpg
+
+    from agent_adapter.ledger import (
+        CallRequested,
+        CallSucceeded,
+        CallValidated,
+        PostgresLedger,
+        decode_event,
+    )
+
+    runs = READ_RUNS // 10 if quick else READ_RUNS
+    ledger = PostgresLedger(dsn, schema="bench_reads")
+    await ledger.open()
+    for run in range(runs):
+        batch = []
+        for call in range(READ_CALLS):
+            ids: dict[str, Any] = {"ts": 1.0, "run_id": f"run-{run}", "call_id": f"c{call}"}
+            batch += [
+                CallRequested(tool="lookup", args={"q": call}, **ids),
+                CallValidated(tool="lookup", digest=f"{call:064x}", **ids),
+                CallSucceeded(tool="lookup", duration_ms=1.0, result="ok", **ids),
+            ]
+        await ledger.append_many(batch)
+    raw = await asyncpg.connect(dsn)
+    count = 50 if quick else 300
+    wanted = [(f"run-{(i * 37) % runs}", f"c{(i * 7) % READ_CALLS}") for i in range(count)]
+    sql = (
+        'SELECT seq, prev, hash, payload FROM "bench_reads".events'
+        " WHERE seq > $1 AND run_id = $2 AND call_id = $3 ORDER BY seq LIMIT 2048"
+    )
+
+    def read_of(which: str) -> Callable[[], Awaitable[float]]:
+        async def ours() -> float:
+            t0 = time.perf_counter()
+            for run_id, call_id in wanted:
+                got = [e async for e in ledger.read(run_id=run_id, call_id=call_id)]
+                assert len(got) == 3, got
+            return time.perf_counter() - t0
+
+        async def base() -> float:
+            t0 = time.perf_counter()
+            for run_id, call_id in wanted:
+                rows = await raw.fetch(sql, 0, run_id, call_id)
+                for seq, prev, hash_, payload in rows:
+                    e = decode_event(payload)
+                    e.seq, e.prev, e.hash = seq, prev, hash_
+                assert len(rows) == 3
+            return time.perf_counter() - t0
+
+        async def close() -> float:
+            await ledger.close()
+            await raw.close()
+            return 0.0
+
+        return {"ours": ours, "raw": base, "close": close}[which]
+
+    return count, read_of
+
+
+async def _costs(
+    dsn: str,
+    ledger: Any,
+    raw_one: Callable[[], Awaitable[float]],
+    fleet: Callable[[], Awaitable[float]],
+    fleet_events: int,
+) -> str:
+    """What a commit costs the server, from pg_stat_statements (top-level statements)."""
+    import asyncpg
+
+    from agent_adapter.ledger import CallRequested
+
+    admin = await asyncpg.connect(dsn)
+
+    async def measured(block: Callable[[], Awaitable[Any]]) -> tuple[int, int, float]:
+        await admin.execute("SELECT pg_stat_statements_reset()")
+        await block()
+        rows = await admin.fetch(
+            "SELECT query, calls, total_exec_time FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        theirs = [r for r in rows if "pg_stat_statements" not in r[0]]
+        statements = sum(r[1] for r in theirs)
+        functions = sum(r[1] for r in theirs if "append_events" in r[0])
+        ms = sum(r[2] for r in theirs)
+        return statements, functions, ms
+
+    n = 200
+
+    async def ours() -> None:
+        for i in range(n):
+            await ledger.append(
+                CallRequested(ts=1.0, run_id="cost", call_id=f"c{i}", tool="t", args={"i": i})
+            )
+
+    try:
+        o_stmts, o_calls, o_ms = await measured(ours)
+        r_stmts, _, r_ms = await measured(raw_one)
+        f_stmts, f_calls, f_ms = await measured(fleet)
+    finally:
+        await admin.close()
+    raw_n = r_stmts / 3  # BEGIN, INSERT, COMMIT each
+    return (
+        "\nWhat a commit costs the server (pg_stat_statements, top-level statements: each one "
+        "round trip here; server time is the statements' execution, COMMIT's flush included):\n\n"
+        + markdown_table(
+            ["", "statements per commit", "server µs per commit"],
+            [
+                [
+                    f"PostgresLedger.append, 1 appender ({n} commits)",
+                    f"{o_stmts / n:.2f} ({o_calls / n:.2f} function calls)",
+                    f"{1000 * o_ms / n:,.0f}",
+                ],
+                [
+                    f"BASE 1 ({raw_n:.0f} commits)",
+                    f"{r_stmts / raw_n:.2f}",
+                    f"{1000 * r_ms / raw_n:,.0f}",
+                ],
+                [
+                    f"the fleet, 4 x 16 ({fleet_events:,} events): per event",
+                    f"{f_stmts / fleet_events:.3f} ({f_calls / fleet_events:.3f} function calls)",
+                    f"{1000 * f_ms / fleet_events:,.1f}",
+                ],
+            ],
+        )
+        + "\n"
     )

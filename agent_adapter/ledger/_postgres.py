@@ -36,6 +36,7 @@ from ._postgres_schema import (
     check_schema_name,
     describe_dsn,
     inspect,
+    migrate,
     q,
     schema_sql,
     split_dsn,
@@ -58,7 +59,7 @@ class PostgresLedger(GroupCommit):
     """A ledger in one PostgreSQL schema, shared by every replica that opens it.
 
     ``PostgresLedger(dsn, *, schema="agent_adapter", key=None, readonly=False,
-    create=True, timeout_s=30.0)``; extra ``agent-adapter[postgres]`` (asyncpg).
+    create=True, timeout_s=30.0, pool=None)``; extra ``agent-adapter[postgres]`` (asyncpg).
 
     - ``append``/``append_many`` return once the events are committed; concurrent
       appends of one ledger object share one transaction (group commit by one writer
@@ -77,6 +78,12 @@ class PostgresLedger(GroupCommit):
     - A database that goes away: appends wait up to ``timeout_s`` for it, then fail
       with ``LedgerError`` (not reported done). A commit whose answer was lost is
       resolved by reading the ledger back under the head lock, never by appending again.
+    - Connections: its own (``asyncpg.connect`` of ``dsn``), three while open (the
+      writer's, the reader's, and the ``LISTEN`` one once something follows) and one more
+      during ``verify()``; or, with ``pool`` (an ``asyncpg`` pool the service already
+      has, on the same database), those taken from the pool and given back at ``close()``
+      (size the pool for them: at least 3 more than the service itself holds). ``dsn``
+      still names the database in messages.
     - Every failure is a ``LedgerError`` naming the database (never the password).
       Use one ledger object from one event loop.
     """
@@ -90,6 +97,7 @@ class PostgresLedger(GroupCommit):
         readonly: bool = False,
         create: bool = True,
         timeout_s: float = LOCK_TIMEOUT_S,
+        pool: asyncpg.Pool | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
             raise ValueError("dsn must be a postgresql:// URL")
@@ -107,6 +115,9 @@ class PostgresLedger(GroupCommit):
         self.timeout_s = float(timeout_s)
         if not self.timeout_s > 0:
             raise ValueError("timeout_s must be positive")
+        if pool is not None and not (hasattr(pool, "acquire") and hasattr(pool, "release")):
+            raise TypeError("pool must be an asyncpg pool (asyncpg.create_pool)")
+        self._pool = pool
         self._keyed = False
         self._opened = False
         self._closed = False
@@ -147,21 +158,31 @@ class PostgresLedger(GroupCommit):
             raise LedgerError(
                 "PostgresLedger needs asyncpg: pip install 'agent-adapter[postgres]'"
             ) from None
-        ms = str(int(self.timeout_s * 1000))
         try:
+            if self._pool is not None:
+                pooled: asyncpg.Connection = await self._pool.acquire(
+                    timeout=min(self.timeout_s, 30.0)
+                )
+                return pooled
             conn: asyncpg.Connection = await asyncpg.connect(
                 self._dsn,
                 timeout=min(self.timeout_s, 30.0),
                 command_timeout=self.timeout_s + 5,
-                server_settings={
-                    "application_name": "agent-adapter",
-                    # A writer waits this long for the head row another writer holds.
-                    "lock_timeout": ms,
-                },
+                # No lock_timeout here: PgBouncer refuses startup parameters it does not
+                # know. Each transaction that takes the head sets its own wait.
+                server_settings={"application_name": "agent-adapter"},
             )
         except Exception as exc:
             raise translate(self.where, doing, exc, self.timeout_s) from exc
         return conn
+
+    async def _let_go(self, conn: asyncpg.Connection) -> None:
+        """Done with ``conn``: back to the pool (reset there), or closed."""
+        with contextlib.suppress(Exception):
+            if self._pool is not None:
+                await asyncio.wait_for(self._pool.release(conn), 5)
+            else:
+                await asyncio.wait_for(conn.close(), 5)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -186,8 +207,7 @@ class PostgresLedger(GroupCommit):
                     conn = await self._connect("opening")
                     self._writer = PgWriter(self, conn)
             except BaseException:
-                with contextlib.suppress(Exception):
-                    await reader.close()
+                await self._let_go(reader)
                 raise
             self._reader = reader
             self._opened = True
@@ -202,6 +222,8 @@ class PostgresLedger(GroupCommit):
                         + (" (a reading command never creates one)" if self.readonly else "")
                     )
                 meta = await self._create_schema(conn)
+            elif int(meta["schema_version"]) < SCHEMA_VERSION and not self.readonly:
+                meta = await migrate(conn, self.schema, self.where)
             self._keyed = meta.get("keyed") == "1"
             if self._key is not None and not self._keyed and not self.readonly:
                 await self._add_key(conn)
@@ -243,6 +265,7 @@ class PostgresLedger(GroupCommit):
         be re-keyed)."""
         s = q(self.schema)
         async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = {int(self.timeout_s * 1000)}")
             head = await conn.fetchrow(f"SELECT seq FROM {s}.head WHERE id = 1 FOR UPDATE")
             count = await conn.fetchval(
                 f"SELECT count(*) FROM (SELECT 1 FROM {s}.events LIMIT 1) e"
@@ -280,8 +303,7 @@ class PostgresLedger(GroupCommit):
                 await listening
         for conn in (reader, listener):
             if conn is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.close(), 5)
+                await self._let_go(conn)
 
     async def __aenter__(self) -> PostgresLedger:
         await self.open()
@@ -417,7 +439,8 @@ class PostgresLedger(GroupCommit):
 
                     if attempt == 1 and connection_lost(exc):
                         if conn is not None:
-                            conn.terminate()
+                            with contextlib.suppress(Exception):  # a pool's may be back
+                                conn.terminate()
                         self._reader = None
                         continue
                     raise translate(self.where, "reading", exc, self.timeout_s) from exc
@@ -495,8 +518,7 @@ class PostgresLedger(GroupCommit):
         except Exception as exc:
             raise translate(self.where, "verifying", exc, self.timeout_s) from exc
         finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 5)
+            await self._let_go(conn)
 
     async def _verify(
         self, conn: asyncpg.Connection, progress: Progress | None = None

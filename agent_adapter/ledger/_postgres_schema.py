@@ -19,6 +19,14 @@ pooler in transaction mode cannot point a statement at another schema):
   events deleted from the end (the MAC is ``_head_mac``, as the SQLite head's).
 - ``effect_claims(key, seq, holder, horizon)``: the last claim of each effect key,
   written in the transaction that appends the ``effect.claimed`` event.
+- ``append_events(...)`` (schema version 2): the function one append transaction is,
+  so that a commit is one round trip (see ``append_function_sql``).
+
+Indexes: ``events_run_id (run_id, seq)`` and ``events_call_run (call_id, run_id, seq)``
+(schema version 2; version 1 had ``events_call_id (call_id, seq)``, which scanned every
+run's rows of a call id when one call of one run was read). A writer that opens a
+version 1 schema migrates it (``migrate``): the function, then the index built
+``CONCURRENTLY`` (appends of writers already running go on meanwhile), then the version.
 """
 
 from __future__ import annotations
@@ -35,15 +43,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "append_function_sql",
     "connection_lost",
     "describe_dsn",
+    "migrate",
     "server_refused",
     "split_dsn",
     "translate",
 ]
 
 #: The schema version this version writes; a schema with a higher one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FORMAT = "agent-adapter-ledger"
 _TABLES = frozenset({"meta", "events", "head", "effect_claims"})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -110,7 +120,7 @@ def schema_sql(schema: str) -> list[str]:
         " prev text NOT NULL,"
         " hash text NOT NULL)",
         f"CREATE INDEX events_run_id ON {s}.events (run_id, seq)",
-        f"CREATE INDEX events_call_id ON {s}.events (call_id, seq)",
+        f"CREATE INDEX events_call_run ON {s}.events (call_id, run_id, seq)",
         f"CREATE TABLE {s}.head ("
         " id integer PRIMARY KEY CHECK (id = 1),"
         " seq bigint NOT NULL,"
@@ -121,7 +131,175 @@ def schema_sql(schema: str) -> list[str]:
         " seq bigint NOT NULL,"
         " holder text NOT NULL,"
         " horizon bigint NOT NULL)",
+        append_function_sql(schema),
     ]
+
+
+# What the function answers, one row each: (kind, seq, text, hash, payload).
+APPENDED = "ok"  # the rows are written (seq, hash: the new head); COMMIT follows
+STALE = "stale"  # the head is not the expected one (seq, text = mac, hash: the head)
+ROW = "row"  # after STALE: a committed row past p_since (seq, text = prev, hash, payload)
+CLAIMED = "claimed"  # a claim another holder has (text = the key, seq = its claim's seq)
+UNEVEN = "uneven"  # the table does not end at the head: nothing written
+# The message of the function's defense-in-depth check (a claim written around the head
+# lock between its check and its insert): nothing written, the append goes again.
+CLAIM_RACE = "agent-adapter: an effect claim was written around the head lock"
+
+
+def append_function_sql(schema: str) -> str:
+    """``CREATE OR REPLACE FUNCTION`` of the schema's append function (version 2).
+
+    One call is one append transaction, so a commit is one round trip (called outside a
+    transaction block, the statement is the transaction: it commits when it returns):
+
+    1. lock the head ``FOR UPDATE`` (waiting at most ``p_lock_ms``) and compare it with
+       the head the rows were chained on (``p_head_*``). Another one: answer ``STALE``,
+       the head, and the rows past ``p_since`` (what the caller's followers have not
+       heard), writing nothing; the caller chains again on it.
+    2. the table must end at the head (its row there, nothing past it), else ``UNEVEN``.
+    3. the claims (``p_key``...): one another holder has, past the claimer's horizon,
+       answers ``CLAIMED`` (the same rule as the insert's ``WHERE``), writing nothing.
+    4. the claims upserted, the rows inserted from an array of the table's rows
+       (``unnest``: the driver encodes each row as a record, field by field, with no
+       check per value that a column array would cost), the head moved,
+       ``pg_notify`` (delivered at COMMIT, in commit order), ``APPENDED``.
+
+    An answer that wrote nothing held only the head's row lock; with ``p_quiet`` (the
+    call is its own transaction) its commit does not wait for a flush (there is nothing
+    to make durable), so a fleet's stale tries do not hold the head for an fsync each.
+    The chain's hashes and the head's MAC come from the caller: the key never reaches
+    the database.
+    """
+    s = q(schema)
+    return f"""CREATE OR REPLACE FUNCTION {s}.append_events(
+    p_head_seq bigint, p_head_hash text, p_head_mac text, p_since bigint, p_quiet boolean,
+    p_lock_ms text,
+    p_rows {s}.events[],
+    p_key text[], p_key_seq bigint[], p_holder text[], p_horizon bigint[],
+    p_new_hash text, p_new_mac text, p_channel text)
+RETURNS TABLE (o_kind text, o_seq bigint, o_text text, o_hash text, o_payload bytea)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    h record;
+    n bigint;
+    new_seq bigint := p_head_seq + coalesce(cardinality(p_rows), 0);
+BEGIN
+    PERFORM set_config('lock_timeout', p_lock_ms, true);
+    SELECT hd.seq, hd.hash, hd.mac INTO h FROM {s}.head hd WHERE hd.id = 1 FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'agent-adapter: the head row is missing';
+    END IF;
+    IF h.seq <> p_head_seq OR h.hash <> p_head_hash OR h.mac <> p_head_mac THEN
+        IF p_quiet THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
+        RETURN QUERY SELECT 'stale'::text, h.seq, h.mac, h.hash, NULL::bytea;
+        IF p_since IS NOT NULL THEN
+            RETURN QUERY SELECT 'row'::text, e.seq, e.prev, e.hash, e.payload
+                FROM {s}.events e WHERE e.seq > p_since ORDER BY e.seq;
+        END IF;
+        RETURN;
+    END IF;
+    IF NOT ((p_head_seq = 0 OR EXISTS (SELECT 1 FROM {s}.events e
+                WHERE e.seq = p_head_seq AND e.hash = p_head_hash))
+            AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.seq > p_head_seq)) THEN
+        IF p_quiet THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
+        RETURN QUERY SELECT 'uneven'::text, h.seq, h.mac, h.hash, NULL::bytea;
+        RETURN;
+    END IF;
+    IF cardinality(p_key) > 0 THEN
+        RETURN QUERY SELECT 'claimed'::text, c.seq, c.key, NULL::text, NULL::bytea
+            FROM {s}.effect_claims c
+            JOIN unnest(p_key, p_holder, p_horizon) AS k(key, holder, horizon)
+              ON c.key = k.key
+            WHERE NOT (c.holder = k.holder OR c.seq <= k.horizon OR k.holder = '');
+        IF FOUND THEN
+            IF p_quiet THEN
+                PERFORM set_config('synchronous_commit', 'off', true);
+            END IF;
+            RETURN;
+        END IF;
+        INSERT INTO {s}.effect_claims AS c (key, seq, holder, horizon)
+            SELECT * FROM unnest(p_key, p_key_seq, p_holder, p_horizon)
+            ON CONFLICT (key) DO UPDATE SET seq = EXCLUDED.seq, holder = EXCLUDED.holder,
+                horizon = EXCLUDED.horizon
+            WHERE c.holder = EXCLUDED.holder OR c.seq <= EXCLUDED.horizon
+                OR EXCLUDED.holder = '';
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n < cardinality(p_key) THEN
+            RAISE EXCEPTION '{CLAIM_RACE}';
+        END IF;
+    END IF;
+    INSERT INTO {s}.events SELECT * FROM unnest(p_rows);
+    UPDATE {s}.head SET seq = new_seq, hash = p_new_hash, mac = p_new_mac WHERE id = 1;
+    PERFORM pg_notify(p_channel, new_seq::text);
+    RETURN QUERY SELECT 'ok'::text, new_seq, p_new_mac, p_new_hash, NULL::bytea;
+END
+$fn$"""
+
+
+def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
+    """The statements that bring a schema of ``version`` to ``SCHEMA_VERSION``, each with
+    whether it must run outside a transaction block (``CONCURRENTLY``)."""
+    s = q(schema)
+    steps: list[tuple[str, bool]] = []
+    if version < 2:
+        steps += [
+            (append_function_sql(schema), False),
+            # Built without blocking the writers that run meanwhile (an older version's
+            # included); an invalid index a crashed build left is dropped first.
+            (
+                f"CREATE INDEX CONCURRENTLY events_call_run ON {s}.events (call_id, run_id, seq)",
+                True,
+            ),
+            (f"DROP INDEX CONCURRENTLY IF EXISTS {s}.events_call_id", True),
+        ]
+    return steps
+
+
+async def migrate(conn: asyncpg.Connection, schema: str, where: str) -> dict[str, str]:
+    """Bring the ledger in ``schema`` to ``SCHEMA_VERSION`` (a writer's open does this);
+    its meta as it is then. One migrator at a time (a session advisory lock: the index is
+    built outside a transaction); another writer's appends go on meanwhile."""
+    lock = f"agent-adapter:migrate:{schema}"
+    # Tried, not waited for: a statement waiting for the lock would hold a snapshot that
+    # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock). The lock is the
+    # server's, held by another process: polled, there is no event to wait on.
+    try_lock = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+    while not await conn.fetchval(try_lock, lock):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    try:
+        meta = await inspect(conn, schema, where)
+        assert meta is not None  # a ledger was found before, and ledgers are not dropped
+        version = int(meta["schema_version"])
+        if version >= SCHEMA_VERSION:
+            return meta
+        invalid = await conn.fetchval(
+            "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = $1 AND c.relname = 'events_call_run'",
+            schema,
+        )
+        if invalid:  # a build that was interrupted left it behind, unusable
+            await conn.execute(f"DROP INDEX CONCURRENTLY {q(schema)}.events_call_run")
+        for statement, outside in migration_sql(schema, version):
+            if invalid is False and "CREATE INDEX" in statement:
+                continue  # built by a migration that stopped before its version was set
+            if outside:
+                await conn.execute(statement)
+            else:
+                async with conn.transaction():
+                    await conn.execute(statement)
+        await conn.execute(
+            f"UPDATE {q(schema)}.meta SET value = $1 WHERE name = 'schema_version'",
+            str(SCHEMA_VERSION),
+        )
+        meta["schema_version"] = str(SCHEMA_VERSION)
+        return meta
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
 
 
 async def inspect(conn: asyncpg.Connection, schema: str, where: str) -> dict[str, str] | None:

@@ -29,25 +29,30 @@ async def _admin(dsn: str) -> asyncpg.Connection:
 
 
 class _FlakyCommit:
-    """The writer's connection, with COMMIT's answer lost once (the connection dies)."""
+    """The writer's connection, with the answer of an append's commit lost once (the
+    connection dies)."""
 
-    def __init__(self, conn: Any, *, lands: bool) -> None:
+    def __init__(self, conn: Any, commit_sql: str, *, lands: bool) -> None:
         self._conn = conn
+        self._commit_sql = commit_sql
         self._lands = lands
         self.tripped = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 
-    async def execute(self, sql: str, *args: Any) -> Any:
-        # The statement that ends an append transaction ends with its COMMIT.
-        if sql.endswith("COMMIT") and not self.tripped:
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        # An append is one call of the schema's function, outside a transaction block:
+        # the call is its commit.
+        if sql == self._commit_sql and not self.tripped and self._conn.is_in_transaction():
+            raise AssertionError("the append's call was expected to be its own transaction")
+        if sql == self._commit_sql and not self.tripped and args[6]:  # rows to write
             self.tripped = True
             if self._lands:
-                await self._conn.execute(sql)  # committed; the answer is what is lost
-            self._conn.terminate()  # not committed: the server rolls it back
+                await self._conn.fetch(sql, *args)  # committed; the answer is what is lost
+            self._conn.terminate()  # not committed: never sent
             raise ConnectionResetError("connection lost during COMMIT")
-        return await self._conn.execute(sql, *args)
+        return await self._conn.fetch(sql, *args)
 
 
 @pytest.mark.parametrize("lands", [True, False], ids=["committed", "rolled-back"])
@@ -60,7 +65,7 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
         await ledger.append(_event(0))
         writer = ledger._writer
         assert writer is not None and writer._conn is not None
-        flaky = _FlakyCommit(writer._conn, lands=lands)
+        flaky = _FlakyCommit(writer._conn, writer._append, lands=lands)
         writer._conn = flaky
         stored = await ledger.append_many([_event(1), _event(2)])
         assert flaky.tripped
@@ -488,3 +493,27 @@ async def test_a_dsn_that_does_not_parse_is_one_clear_error(pg_schema: str) -> N
     message = await _refused("postgresql://app@127.0.0.1:notaport/pay", pg_schema)
     assert message.startswith("ledger postgresql://app@127.0.0.1:notaport/pay (schema ")
     assert "opening: the DSN is not valid (" in message
+
+
+async def test_a_head_held_past_timeout_s_fails_the_append_and_nothing_lands(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """Another session holds the head row locked: an append waits ``timeout_s`` (the
+    function sets the wait in its own transaction: no startup setting, which PgBouncer
+    would refuse), then fails with LedgerError saying so; once the head is free the next
+    append lands right after the last acknowledged one."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, timeout_s=1) as ledger:
+        await ledger.append(_event(0))
+        admin = await _admin(postgres_dsn)
+        try:
+            holding = admin.transaction()
+            await holding.start()
+            await admin.execute(f'SELECT 1 FROM "{pg_schema}".head WHERE id = 1 FOR UPDATE')
+            with pytest.raises(LedgerError, match="held the ledger's head for more than 1 s"):
+                await ledger.append(_event(1))
+            await holding.rollback()
+        finally:
+            await admin.close()
+        second = await ledger.append(_event(2))
+        assert [(e.seq, e.call_id) async for e in ledger.read()] == [(1, "c0"), (2, "c2")]
+        assert second.seq == 2
