@@ -218,6 +218,10 @@ def json_text(value: Any) -> str:
 
 
 def _approval_text(record: Any) -> str:
+    kinds = {e.type for e in record.events}
+    if not record.approvals and "approval.pending" in kinds and "approval.consumed" not in kinds:
+        # A deferred port holds the request (answered or not, no call has used it yet).
+        return "answered, not used yet" if "approval.answered" in kinds else "pending at a reviewer"
     if not record.approval_requested and not record.approvals:
         return "-"
     if not record.approvals:
@@ -225,8 +229,10 @@ def _approval_text(record: Any) -> str:
     texts = []
     for a in record.approvals:
         verb = "approved" if a.approved else "denied"
-        who = a.reviewer or "nobody"
-        texts.append(f"{verb} by {who} via {a.source}" + (" (edited)" if a.edited else ""))
+        if not a.reviewer:  # nobody decided (the demo failing closed with no terminal)
+            texts.append(f"{verb}, no reviewer" + (f" ({a.reason})" if a.reason else ""))
+            continue
+        texts.append(f"{verb} by {a.reviewer} via {a.source}" + (" (edited)" if a.edited else ""))
     return "; ".join(texts)
 
 

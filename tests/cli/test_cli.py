@@ -493,7 +493,7 @@ def test_audit_prints_each_call_and_key_and_fails_on_the_ambiguous_one(
         ["r1", "c2", "refund", digests["c2"], "approved by alice via port", "call.succeeded"],
         ["r1", "c3", "refund", digests["c3"], "denied by alice via port", "call.denied"],
         ["r1", "c4", "ship", digests["c4"], "-", "call.timed_out"],
-        ["r2", "c5", "refund", digests["c5"], "requested, no decision", "call.pending"],
+        ["r2", "c5", "refund", digests["c5"], "pending at a reviewer", "call.pending"],
     ]
     assert lines[7] == "effect keys: 2"
     assert [columns(line) for line in lines[8:11]] == [
