@@ -299,9 +299,9 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
             return Decision(approved=False, reviewer=reviewer, reason="denied at the terminal")
         if choice == "e":
             text = read("  new amount in cents: ")
-            if text is not None and text.isdigit():
+            if text is not None and text.isdigit() and int(text) > 0:
                 return _edit(request, int(text), reviewer)
-            print("  an amount is a whole number of cents", file=out)
+            print("  an amount is a whole number of cents, 1 or more", file=out)
 
 
 @contextlib.contextmanager

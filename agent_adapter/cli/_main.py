@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.metadata
+import math
 import os
 import sqlite3
 import sys
@@ -182,7 +183,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     group.add_argument(
         "--lock-timeout",
-        type=float,
+        type=_seconds,
         default=default(LOCK_TIMEOUT_S),
         metavar="SECONDS",
         help=shown(
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     decision.add_argument("--deny", action="store_true", help="deny without asking")
     decision.add_argument(
         "--edit-amount",
-        type=int,
+        type=_cents,
         metavar="CENTS",
         help="approve with this amount (integer cents) instead of the one asked for",
     )
@@ -324,7 +325,7 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     _add_db(tail)
     _add_filters(tail)
     tail.add_argument(
-        "-n", "--lines", type=int, default=10, metavar="N", help="events shown first (10)"
+        "-n", "--lines", type=_count, default=10, metavar="N", help="events shown first (10)"
     )
     tail.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     tail.add_argument(
@@ -646,6 +647,40 @@ def _check_text(args: argparse.Namespace) -> None:
 _POSITIONAL = frozenset({"request_id", "key"})
 # Paths only Python opens (any bytes the file system takes are fine).
 _READ_BY_PYTHON = frozenset({"key_file", "token_file", "policy"})
+
+
+def _count(text: str) -> int:
+    """A number of events for argparse: a whole number, 0 or more, else a usage error."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0:
+        # Python's slicing would read -3 as "all but the first 3": never what was meant.
+        raise argparse.ArgumentTypeError(f"{count} is negative: give 0 or more")
+    return count
+
+
+def _cents(text: str) -> int:
+    """A refund amount for argparse: a whole number of cents, 1 or more, else a usage error."""
+    try:
+        cents = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cents") from None
+    if cents < 1:
+        raise argparse.ArgumentTypeError(f"{cents}: a refund is 1 cent or more")
+    return cents
+
+
+def _seconds(text: str) -> float:
+    """A wait in seconds for argparse: a finite number, 0 or more, else a usage error."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= seconds < math.inf:  # (NaN fails too)
+        raise argparse.ArgumentTypeError(f"{text} is not a wait: give 0 or more seconds")
+    return seconds
 
 
 def _port(text: str) -> int:

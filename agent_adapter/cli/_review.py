@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import getpass
 import json
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
@@ -225,6 +226,26 @@ def _effect_text(
     return text
 
 
+def _quote_hint(pairs: Sequence[str], problem: str) -> str:
+    """How to give text where an ``--edit`` value was read as JSON (``order_id=7`` is the
+    number 7) and the tool wants a string; "" when that is not what went wrong."""
+    if "'string'" not in problem and "`str`" not in problem:
+        return ""
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue  # taken as text already
+        if not isinstance(value, str) and name in problem:
+            quoted = shlex.quote(f"{name}={json.dumps(raw)}")
+            return (
+                f" (--edit {name}={raw} is read as JSON; to give the text, quote it: "
+                f"--edit {quoted})"
+            )
+    return ""
+
+
 async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> int:
     from ..engine import DeferredApproval
 
@@ -248,7 +269,8 @@ async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> 
                 edits=full_edits,
             )
         except ToolArgsInvalid as exc:  # the edits do not fit the tool's recorded schema
-            raise CliError(f"cannot approve request {args.request_id}: {exc}") from None
+            hint = _quote_hint(getattr(args, "edit", None) or (), str(exc))
+            raise CliError(f"cannot approve request {args.request_id}: {exc}{hint}") from None
     verb = "approved" if approved else "denied"
     text = f"{verb} request {args.request_id} ({request.tool}, run {request.run_id}) as {reviewer}"
     if full_edits is not None:

@@ -548,7 +548,7 @@ class PostgresLedger(GroupCommit):
                         yield record
 
             def check() -> Verification:
-                result = verify_records(records(), self._key)
+                result = verify_records(records(), self._key, marked_keyed=meta.get("keyed") == "1")
                 # Drain what is left, so the producer's last put returns.
                 for _ in records():
                     pass

@@ -163,7 +163,7 @@ def _verify_file(
                 with contextlib.suppress(LedgerError):
                     head_at = parse_head_seq(meta["head_seq"], path)
             cursor = conn.execute(_SCAN)
-            result = verify_records(records(cursor), key)
+            result = verify_records(records(cursor), key, marked_keyed=meta.get("keyed") == "1")
             cursor.close()
             # Same snapshot as the records: a commit in between is not a difference.
             unlike = _unlike_indexes(conn, sums) if result.ok and not stopped else []

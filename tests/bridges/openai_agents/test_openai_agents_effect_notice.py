@@ -3,6 +3,7 @@ reviewer (``approvals show``, the inbox) is told when that key has already run."
 
 from __future__ import annotations
 
+import asyncio
 import html
 import os
 import subprocess
@@ -48,11 +49,10 @@ async def paused_run(registry: Registry, executor: Executor, run_id: str, call_i
     return agent, model, result
 
 
-async def test_a_request_for_a_key_that_already_ran_carries_the_notice(tmp_path: Path) -> None:
-    """The first refund of A1 is asked with its key free and runs; a second run's refund of A1
-    is asked with the key committed by the first: the recorded request names the key, its state
-    and holder, ``approvals show`` prints the notice, and the inbox shows it by the request."""
-    db = tmp_path / "ledger.db"
+async def ask_twice(db: Path) -> tuple[Any, Any, list[Any]]:
+    """Refund A1 in run r-1 (asked of a DeferredApproval, approved, run), then ask about it
+    again in run r-2 (left pending) and r-3 (a callback port that denies): (the first
+    request, the second, the requests the callback saw)."""
     ran: list[str] = []
     registry = build(ran)
     ledger = SQLiteLedger(db)
@@ -69,11 +69,20 @@ async def test_a_request_for_a_key_that_already_ran_carries_the_notice(tmp_path:
         _, _, again = await paused_run(registry, executor, "r-2", "c2")
         await review_interruptions(again, deferred, run_id="r-2")
         [asked_taken] = await deferred.pending()
-        # The port that only approves (no deferral) is asked about the same kind of request.
         seen: list[Any] = []
         _, _, third = await paused_run(registry, executor, "r-3", "c3")
         await review_interruptions(third, CallbackApproval(lambda r: seen.append(r) or False))
+    assert ran == ["A1"]
+    return asked_free, asked_taken, seen
 
+
+def test_a_request_for_a_key_that_already_ran_carries_the_notice(tmp_path: Path) -> None:
+    """The first refund of A1 is asked with its key free and runs; a second run's refund of A1
+    is asked with the key committed by the first: the recorded request (and a callback port's)
+    names the key, its state and holder, ``approvals show`` prints the notice, and the inbox
+    shows it by the request."""
+    db = tmp_path / "ledger.db"
+    asked_free, asked_taken, seen = asyncio.run(ask_twice(db))
     assert (asked_free.effect_key, asked_free.effect_state, asked_free.effect_notice) == (
         "refund:A1",
         None,
@@ -89,11 +98,10 @@ async def test_a_request_for_a_key_that_already_ran_carries_the_notice(tmp_path:
     assert [(r.effect_key, r.effect_state, r.effect_notice) for r in seen] == [
         ("refund:A1", "committed", NOTICE)
     ]
-    assert ran == ["A1"]
 
+    show = ["approvals", "show", asked_taken.request_id, "--db", str(db)]
     shown = subprocess.run(
-        [sys.executable, "-m", "agent_adapter.cli", "approvals", "show", asked_taken.request_id]
-        + ["--db", str(db)],
+        [sys.executable, "-m", "agent_adapter.cli", *show],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
