@@ -132,7 +132,7 @@ def _add_db(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
         )
 
 
-def _add_filters(parser: argparse.ArgumentParser) -> None:
+def _add_filters(parser: argparse.ArgumentParser, *, stream: bool = False) -> None:
     parser.add_argument("--run", metavar="RUN_ID", help="only events of this run")
     parser.add_argument("--call", metavar="CALL_ID", help="only events of this call")
     parser.add_argument("--tool", metavar="NAME", help="only events of this tool")
@@ -143,12 +143,37 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
         help="only events of this type: a tag or a glob ('approval.*'); repeatable; "
         "one that matches no event type is refused",
     )
-    _add_json(parser, listing=True)
+    if stream:
+        # A followed stream has no end to close an array at: JSON Lines only.
+        parser.add_argument(
+            "--jsonl",
+            action="store_true",
+            help="print one JSON object per line (JSON Lines) instead of text",
+        )
+        parser.add_argument("--json", action=_StreamJson, nargs=0, help=argparse.SUPPRESS)
+        return
+    json_flags = parser.add_mutually_exclusive_group()
+    _add_json(json_flags, listing=True)
+    json_flags.add_argument(
+        "--jsonl",
+        action="store_true",
+        help="print one JSON object per line (JSON Lines) instead of text",
+    )
 
 
-def _add_json(parser: argparse.ArgumentParser, *, listing: bool) -> None:
-    # One JSON style (compact, UTF-8): a list is one object per line, a result one object.
-    what = "one JSON object per line" if listing else "one JSON object"
+class _StreamJson(argparse.Action):
+    """``--json`` on a stream (``ledger tail``): a usage error that names ``--jsonl``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        parser.error(
+            "--json prints one JSON document, which a followed stream never finishes: "
+            "use --jsonl (one JSON object per line)"
+        )
+
+
+def _add_json(parser: Any, *, listing: bool) -> None:
+    # One JSON style (compact, UTF-8): one document, an array for a list ([] when empty).
+    what = "one JSON array" if listing else "one JSON object"
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of text")
 
 
@@ -205,8 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
             "approvals list --db ledger.db --json",
             note=(
                 f"Commands on a ledger take --db FILE, or ${DB_ENV} when --db is not "
-                "given. --json prints data as JSON in one style: one object per line for a "
-                "list, one object for a single result. Exit status: 0 ok, 1 "
+                "given. --json prints one JSON document: an array for a list ([] when "
+                "empty), an object for a single result; --jsonl (ledger show, ledger tail) "
+                "one JSON object per line. Exit status: 0 ok, 1 "
                 "a failed check or an error (one line on stderr), 2 a usage error, 130 "
                 "interrupted."
             ),
@@ -302,7 +328,7 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     show = leaf(
         actions,
         "show",
-        "print events: a header, then one line per event (or JSON lines)",
+        "print events: a header, then one line per event (or a JSON array, or JSON lines)",
         epilog=_epilog(
             "ledger show --db ledger.db",
             "ledger show --db ledger.db --run r1 --type 'approval.*'",
@@ -320,10 +346,11 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
             "ledger tail --db ledger.db                # until Ctrl-C",
             "ledger tail --db ledger.db -n 50 --no-follow",
             "ledger tail --db ledger.db --type 'call.*' --duration 60",
+            "ledger tail --db ledger.db --jsonl",
         ),
     )
     _add_db(tail)
-    _add_filters(tail)
+    _add_filters(tail, stream=True)
     tail.add_argument(
         "-n", "--lines", type=_count, default=10, metavar="N", help="events shown first (10)"
     )

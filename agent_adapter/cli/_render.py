@@ -22,6 +22,7 @@ __all__ = [
     "event_details",
     "event_json",
     "json_text",
+    "print_json_list",
     "render_audit",
     "short",
     "table",
@@ -215,6 +216,19 @@ def json_text(value: Any) -> str:
     # msgspec never writes NaN or Infinity (json.dumps does: not JSON), and a non-ASCII
     # character is itself, not an escape, as in event_json and the ledger's own bytes.
     return msgspec.json.encode(value).decode()
+
+
+def print_json_list(items: Iterable[str], out: IO[str]) -> None:
+    """``--json`` of a list: one JSON array (``[]`` when empty), an element per line.
+
+    Written as it goes (a ledger's events are not held twice), and one document, so
+    ``json.load`` and ``python -m json.tool`` read it; JSON Lines is ``--jsonl``.
+    """
+    first = True
+    for item in items:
+        out.write(("[\n" if first else ",\n") + item)
+        first = False
+    out.write("[]\n" if first else "\n]\n")
 
 
 def _approval_text(record: Any) -> str:

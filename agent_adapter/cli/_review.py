@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from ._logging import log_hooks
 from ._opening import CliError, open_ledger
-from ._render import clock_text, compact, json_text, table
+from ._render import clock_text, compact, json_text, print_json_list, table
 
 __all__ = [
     "cmd_approvals_approve",
@@ -131,10 +131,13 @@ async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
         effects = await _effects_now(ledger) if pending else {}
     notices = [_effect_now(p, effects)[1] for p in pending]
     if args.json:
-        for p, notice in zip(pending, notices, strict=True):
-            data = msgspec.to_builtins(p)
-            data["effect_notice"] = notice
-            print(json_text(data), file=out)
+        print_json_list(
+            (
+                json_text({**msgspec.to_builtins(p), "effect_notice": notice})
+                for p, notice in zip(pending, notices, strict=True)
+            ),
+            out,
+        )
         return 0
     if not pending:
         print("no pending approval requests", file=out)
@@ -321,6 +324,7 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
             if args.all or status in ("ambiguous", "in flight", "claimed"):
                 effects.append((key, status, state))
     if args.json:
+        records: list[str] = []
         for key, status, s in effects:
             record: dict[str, Any] = {
                 "key": key,
@@ -331,7 +335,8 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
             # Every record has the same keys, those of the audit's effect keys: a claim an
             # older version wrote has no holder ("", 0) and no lease (0.0).
             record.update(holder=s.holder, pid=s.pid, host=s.host, lease_until=s.lease_until)
-            print(json_text(record), file=out)
+            records.append(json_text(record))
+        print_json_list(records, out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)
