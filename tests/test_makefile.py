@@ -26,13 +26,13 @@ ALL = {
 }
 
 
-def planned(target: str, venv: Path) -> list[str]:
-    """The commands ``make TARGET`` would run for a fresh ``venv``."""
+def planned(target: str, venv: Path, *settings: str) -> list[str]:
+    """The commands ``make TARGET`` would run for a fresh ``venv`` (and ``settings``)."""
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
     done = subprocess.run(
-        [make, "-n", "--no-print-directory", "-C", str(REPO), target, f"VENV={venv}"],
+        [make, "-n", "--no-print-directory", "-C", str(REPO), target, f"VENV={venv}", *settings],
         capture_output=True,
         text=True,
         timeout=60,
@@ -60,21 +60,24 @@ def test_make_demo_installs_only_what_the_demo_needs(tmp_path: Path) -> None:
 
 
 def test_make_test_installs_every_extra(tmp_path: Path) -> None:
-    """``make test`` installs every extra pyproject.toml declares (the tests need them all)."""
-    commands = planned("test", tmp_path / "venv")
+    """``make test`` installs every extra pyproject.toml declares (the tests need them all):
+    the main environment all but Temporal's agent plugin, whose pin of the SDK needs an
+    environment of its own (``.venv-agents``)."""
+    agents = tmp_path / "agents"
+    commands = planned("test", tmp_path / "venv", f"AGENTS_VENV={agents}")
     declared = set(
         tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     )
-    assert installed_extras(commands) == [ALL]
-    assert declared == ALL
-    assert commands[-1] == f"{tmp_path / 'venv'}/bin/python -m pytest -q"
+    assert installed_extras(commands) == [ALL, {"temporal-openai-agents"}]
+    assert declared == ALL | {"temporal-openai-agents"}
+    assert f"{tmp_path / 'venv'}/bin/python -m pytest -q" in commands
 
 
 @pytest.mark.parametrize("target", ["demo", "test"])
 def test_no_install_uses_the_compat_editable_mode(tmp_path: Path, target: str) -> None:
     """setuptools prints a 'compat editable mode is transitional' banner for it; the packages'
     explicit mapping to the checkout's root gives the same plain .pth entry without it."""
-    commands = planned(target, tmp_path / "venv")
+    commands = planned(target, tmp_path / "venv", f"AGENTS_VENV={tmp_path / 'agents'}")
     assert not [line for line in commands if "editable_mode" in line]
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["package-dir"] == {"": "."}
