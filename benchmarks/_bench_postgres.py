@@ -1,7 +1,7 @@
 """The Postgres rows of ``bench_ledger.py``: PostgresLedger beside raw asyncpg, one server.
 
 Everything runs on one throwaway cluster this script starts (initdb/pg_ctl, fsync on,
-synchronous_commit on; ``tests/_pg_cluster.py``), or on
+synchronous_commit on; ``agent_adapter.testing.postgres``), or on
 ``$AGENT_ADAPTER_BENCH_POSTGRES_DSN``, in one run:
 
 - BASE 1: raw asyncpg, one row per transaction (``BEGIN``, ``INSERT``, ``COMMIT``) on a
@@ -143,7 +143,7 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
     dsn = os.environ.get("AGENT_ADAPTER_BENCH_POSTGRES_DSN")
     probe_dir = tmp
     if not dsn:
-        from _pg_cluster import Cluster, binaries
+        from agent_adapter.testing.postgres import Cluster, binaries
 
         bindir = binaries()
         if bindir is None:

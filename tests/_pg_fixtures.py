@@ -1,9 +1,10 @@
 """PostgreSQL for the tests: one throwaway cluster per session, one schema per test.
 
 ``postgres_dsn`` (session) is ``$AGENT_ADAPTER_TEST_POSTGRES_DSN`` when set, else the DSN
-of a cluster this session starts with the system's initdb and pg_ctl (``_pg_cluster``)
-and stops at its end, whether the tests passed or not. Without PostgreSQL binaries (or
-asyncpg) the tests that need it skip with the reason; with
+of a cluster this session starts with the system's initdb and pg_ctl
+(``agent_adapter.testing.postgres``) and stops at its end, whether the tests passed or
+not. Without PostgreSQL binaries (or asyncpg) the tests that need it skip with the
+reason; with
 ``AGENT_ADAPTER_REQUIRE_POSTGRES=1`` (``.ci/run`` sets it) that skip is a failure.
 ``pg_schema`` is a fresh schema name per test, so tests never see each other's ledger.
 """
@@ -16,7 +17,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from _pg_cluster import Cluster, binaries
+
+from agent_adapter.testing.postgres import Cluster, binaries
 
 DSN_ENV = "AGENT_ADAPTER_TEST_POSTGRES_DSN"
 REQUIRE_ENV = "AGENT_ADAPTER_REQUIRE_POSTGRES"

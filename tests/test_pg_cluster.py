@@ -4,6 +4,7 @@ and pg_ctl's server outlives it unless the cluster's watchdog stops it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -13,18 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-from _pg_cluster import Cluster, binaries
 from _pg_fixtures import _unavailable
 from _watchdog import running, start_time
 
-TESTS = Path(__file__).resolve().parent
+from agent_adapter.testing.postgres import Cluster, binaries
+
 # Far above the seconds a stop takes: only a watchdog that never acts reaches it.
 DEADLINE_S = 120
 
-STARTER = f"""
-import sys, time
-sys.path.insert(0, {str(TESTS)!r})
-from _pg_cluster import Cluster, binaries
+STARTER = """
+import time
+from agent_adapter.testing.postgres import Cluster, binaries
 cluster = Cluster.start(binaries())
 pid = (cluster.data / "postmaster.pid").read_text().split()[0]
 print(cluster.root, pid, flush=True)
@@ -131,3 +131,61 @@ def servers_of(root: Path) -> list[int]:
             if f"{root}/data".encode() in command:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_command_prints_a_dsn_that_connects_and_a_signal_removes_the_cluster(
+    bindir: Path, stop: signal.Signals
+) -> None:
+    """`python -m agent_adapter.testing.postgres`: the first line is a DSN a PostgresLedger
+    opens and writes to, the second names the data directory; Ctrl-C (SIGINT) or SIGTERM
+    stops the server and removes the directory, and the command exits 0 saying so."""
+    pytest.importorskip("asyncpg")
+    from agent_adapter.ledger import CallRequested, PostgresLedger
+
+    command = subprocess.Popen(
+        [sys.executable, "-m", "agent_adapter.testing.postgres"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PG_BIN": str(bindir)},
+    )
+    try:
+        assert command.stdout is not None
+        dsn = command.stdout.readline().strip()
+        about = command.stdout.readline().strip()
+        assert dsn.startswith("postgresql://") and "@127.0.0.1:" in dsn, (dsn, about)
+        root = Path(about.split("data in ", 1)[1].split(";", 1)[0])
+        assert root.name.startswith("agent-adapter-pg-") and root.is_dir()
+        pid = int((root / "data" / "postmaster.pid").read_text().split()[0])
+        started = start_time(pid)
+
+        async def write_and_verify() -> tuple[int, bool]:
+            async with PostgresLedger(dsn + "?schema=tried") as ledger:
+                await ledger.append(CallRequested(run_id="r1", call_id="c1", tool="t", args={}))
+                return (await ledger.verify()).checked, True
+
+        assert asyncio.run(write_and_verify()) == (1, True)
+    finally:
+        command.send_signal(stop)
+        out, err = command.communicate(timeout=DEADLINE_S)
+    assert (command.returncode, out, err) == (0, "stopped\n", "")
+    assert not root.exists() and (not running(pid) or start_time(pid) != started)
+
+
+def test_the_command_without_postgresql_says_what_to_install() -> None:
+    """No initdb/pg_ctl where PG_BIN points: one line naming what is missing, exit 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_adapter.testing.postgres"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        env={**os.environ, "PG_BIN": "/nonexistent"},
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "python -m agent_adapter.testing.postgres: error: PostgreSQL's server binaries "
+        "(initdb, pg_ctl) are not installed: install the postgresql package, or set PG_BIN "
+        "to their directory\n"
+    )

@@ -24,6 +24,7 @@ from ._render import (
     EventLayout,
     event_json,
     json_text,
+    print_json_list,
     render_audit,
     verification_line,
 )
@@ -71,9 +72,13 @@ async def _read(ledger: Ledger, args: argparse.Namespace, after: int = 0) -> lis
 def _print_events(
     events: Sequence[Event], args: argparse.Namespace, out: IO[str], *, last_seq: int = 0
 ) -> EventLayout:
-    """The header and a line per event (or JSON lines); the layout, for more lines."""
+    """The header and a line per event (``--jsonl``: a JSON object per line; ``--json``: one
+    JSON array); the layout, for more lines."""
     layout = EventLayout(events, args.style, last_seq=last_seq)
-    if not args.json:
+    if getattr(args, "json", False):
+        print_json_list((event_json(e) for e in events), out)
+        return layout
+    if not args.jsonl:
         print(layout.header(), file=out)
     for e in events:
         print(_event_line(e, layout, args), file=out)
@@ -81,7 +86,7 @@ def _print_events(
 
 
 def _event_line(event: Event, layout: EventLayout, args: argparse.Namespace) -> str:
-    return event_json(event) if args.json else layout.line(event)
+    return event_json(event) if args.jsonl else layout.line(event)
 
 
 async def cmd_ledger_show(args: argparse.Namespace, out: IO[str]) -> int:

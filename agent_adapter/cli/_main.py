@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.metadata
+import math
 import os
 import sqlite3
 import sys
@@ -131,7 +132,7 @@ def _add_db(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
         )
 
 
-def _add_filters(parser: argparse.ArgumentParser) -> None:
+def _add_filters(parser: argparse.ArgumentParser, *, stream: bool = False) -> None:
     parser.add_argument("--run", metavar="RUN_ID", help="only events of this run")
     parser.add_argument("--call", metavar="CALL_ID", help="only events of this call")
     parser.add_argument("--tool", metavar="NAME", help="only events of this tool")
@@ -142,12 +143,37 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
         help="only events of this type: a tag or a glob ('approval.*'); repeatable; "
         "one that matches no event type is refused",
     )
-    _add_json(parser, listing=True)
+    if stream:
+        # A followed stream has no end to close an array at: JSON Lines only.
+        parser.add_argument(
+            "--jsonl",
+            action="store_true",
+            help="print one JSON object per line (JSON Lines) instead of text",
+        )
+        parser.add_argument("--json", action=_StreamJson, nargs=0, help=argparse.SUPPRESS)
+        return
+    json_flags = parser.add_mutually_exclusive_group()
+    _add_json(json_flags, listing=True)
+    json_flags.add_argument(
+        "--jsonl",
+        action="store_true",
+        help="print one JSON object per line (JSON Lines) instead of text",
+    )
 
 
-def _add_json(parser: argparse.ArgumentParser, *, listing: bool) -> None:
-    # One JSON style (compact, UTF-8): a list is one object per line, a result one object.
-    what = "one JSON object per line" if listing else "one JSON object"
+class _StreamJson(argparse.Action):
+    """``--json`` on a stream (``ledger tail``): a usage error that names ``--jsonl``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        parser.error(
+            "--json prints one JSON document, which a followed stream never finishes: "
+            "use --jsonl (one JSON object per line)"
+        )
+
+
+def _add_json(parser: Any, *, listing: bool) -> None:
+    # One JSON style (compact, UTF-8): one document, an array for a list ([] when empty).
+    what = "one JSON array" if listing else "one JSON object"
     parser.add_argument("--json", action="store_true", help=f"print {what} instead of text")
 
 
@@ -182,7 +208,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     group.add_argument(
         "--lock-timeout",
-        type=float,
+        type=_seconds,
         default=default(LOCK_TIMEOUT_S),
         metavar="SECONDS",
         help=shown(
@@ -204,8 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
             "approvals list --db ledger.db --json",
             note=(
                 f"Commands on a ledger take --db FILE, or ${DB_ENV} when --db is not "
-                "given. --json prints data as JSON in one style: one object per line for a "
-                "list, one object for a single result. Exit status: 0 ok, 1 "
+                "given. --json prints one JSON document: an array for a list ([] when "
+                "empty), an object for a single result; --jsonl (ledger show, ledger tail) "
+                "one JSON object per line. Exit status: 0 ok, 1 "
                 "a failed check or an error (one line on stderr), 2 a usage error, 130 "
                 "interrupted."
             ),
@@ -267,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     decision.add_argument("--deny", action="store_true", help="deny without asking")
     decision.add_argument(
         "--edit-amount",
-        type=int,
+        type=_cents,
         metavar="CENTS",
         help="approve with this amount (integer cents) instead of the one asked for",
     )
@@ -301,7 +328,7 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     show = leaf(
         actions,
         "show",
-        "print events: a header, then one line per event (or JSON lines)",
+        "print events: a header, then one line per event (or a JSON array, or JSON lines)",
         epilog=_epilog(
             "ledger show --db ledger.db",
             "ledger show --db ledger.db --run r1 --type 'approval.*'",
@@ -319,12 +346,13 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
             "ledger tail --db ledger.db                # until Ctrl-C",
             "ledger tail --db ledger.db -n 50 --no-follow",
             "ledger tail --db ledger.db --type 'call.*' --duration 60",
+            "ledger tail --db ledger.db --jsonl",
         ),
     )
     _add_db(tail)
-    _add_filters(tail)
+    _add_filters(tail, stream=True)
     tail.add_argument(
-        "-n", "--lines", type=int, default=10, metavar="N", help="events shown first (10)"
+        "-n", "--lines", type=_count, default=10, metavar="N", help="events shown first (10)"
     )
     tail.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     tail.add_argument(
@@ -646,6 +674,40 @@ def _check_text(args: argparse.Namespace) -> None:
 _POSITIONAL = frozenset({"request_id", "key"})
 # Paths only Python opens (any bytes the file system takes are fine).
 _READ_BY_PYTHON = frozenset({"key_file", "token_file", "policy"})
+
+
+def _count(text: str) -> int:
+    """A number of events for argparse: a whole number, 0 or more, else a usage error."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0:
+        # Python's slicing would read -3 as "all but the first 3": never what was meant.
+        raise argparse.ArgumentTypeError(f"{count} is negative: give 0 or more")
+    return count
+
+
+def _cents(text: str) -> int:
+    """A refund amount for argparse: a whole number of cents, 1 or more, else a usage error."""
+    try:
+        cents = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cents") from None
+    if cents < 1:
+        raise argparse.ArgumentTypeError(f"{cents}: a refund is 1 cent or more")
+    return cents
+
+
+def _seconds(text: str) -> float:
+    """A wait in seconds for argparse: a finite number, 0 or more, else a usage error."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= seconds < math.inf:  # (NaN fails too)
+        raise argparse.ArgumentTypeError(f"{text} is not a wait: give 0 or more seconds")
+    return seconds
 
 
 def _port(text: str) -> int:

@@ -22,6 +22,7 @@ __all__ = [
     "event_details",
     "event_json",
     "json_text",
+    "print_json_list",
     "render_audit",
     "short",
     "table",
@@ -217,7 +218,24 @@ def json_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
+def print_json_list(items: Iterable[str], out: IO[str]) -> None:
+    """``--json`` of a list: one JSON array (``[]`` when empty), an element per line.
+
+    Written as it goes (a ledger's events are not held twice), and one document, so
+    ``json.load`` and ``python -m json.tool`` read it; JSON Lines is ``--jsonl``.
+    """
+    first = True
+    for item in items:
+        out.write(("[\n" if first else ",\n") + item)
+        first = False
+    out.write("[]\n" if first else "\n]\n")
+
+
 def _approval_text(record: Any) -> str:
+    kinds = {e.type for e in record.events}
+    if not record.approvals and "approval.pending" in kinds and "approval.consumed" not in kinds:
+        # A deferred port holds the request (answered or not, no call has used it yet).
+        return "answered, not used yet" if "approval.answered" in kinds else "pending at a reviewer"
     if not record.approval_requested and not record.approvals:
         return "-"
     if not record.approvals:
@@ -225,8 +243,10 @@ def _approval_text(record: Any) -> str:
     texts = []
     for a in record.approvals:
         verb = "approved" if a.approved else "denied"
-        who = a.reviewer or "nobody"
-        texts.append(f"{verb} by {who} via {a.source}" + (" (edited)" if a.edited else ""))
+        if not a.reviewer:  # nobody decided (the demo failing closed with no terminal)
+            texts.append(f"{verb}, no reviewer" + (f" ({a.reason})" if a.reason else ""))
+            continue
+        texts.append(f"{verb} by {a.reviewer} via {a.source}" + (" (edited)" if a.edited else ""))
     return "; ".join(texts)
 
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import getpass
 import json
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 from ._logging import log_hooks
 from ._opening import CliError, open_ledger
-from ._render import clock_text, compact, json_text, table
+from ._render import clock_text, compact, json_text, print_json_list, table
 
 __all__ = [
     "cmd_approvals_approve",
@@ -130,10 +131,13 @@ async def cmd_approvals_list(args: argparse.Namespace, out: IO[str]) -> int:
         effects = await _effects_now(ledger) if pending else {}
     notices = [_effect_now(p, effects)[1] for p in pending]
     if args.json:
-        for p, notice in zip(pending, notices, strict=True):
-            data = msgspec.to_builtins(p)
-            data["effect_notice"] = notice
-            print(json_text(data), file=out)
+        print_json_list(
+            (
+                json_text({**msgspec.to_builtins(p), "effect_notice": notice})
+                for p, notice in zip(pending, notices, strict=True)
+            ),
+            out,
+        )
         return 0
     if not pending:
         print("no pending approval requests", file=out)
@@ -225,6 +229,26 @@ def _effect_text(
     return text
 
 
+def _quote_hint(pairs: Sequence[str], problem: str) -> str:
+    """How to give text where an ``--edit`` value was read as JSON (``order_id=7`` is the
+    number 7) and the tool wants a string; "" when that is not what went wrong."""
+    if "'string'" not in problem and "`str`" not in problem:
+        return ""
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue  # taken as text already
+        if not isinstance(value, str) and name in problem:
+            quoted = shlex.quote(f"{name}={json.dumps(raw)}")
+            return (
+                f" (--edit {name}={raw} is read as JSON; to give the text, quote it: "
+                f"--edit {quoted})"
+            )
+    return ""
+
+
 async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> int:
     from ..engine import DeferredApproval
 
@@ -248,7 +272,8 @@ async def _answer(args: argparse.Namespace, out: IO[str], *, approved: bool) -> 
                 edits=full_edits,
             )
         except ToolArgsInvalid as exc:  # the edits do not fit the tool's recorded schema
-            raise CliError(f"cannot approve request {args.request_id}: {exc}") from None
+            hint = _quote_hint(getattr(args, "edit", None) or (), str(exc))
+            raise CliError(f"cannot approve request {args.request_id}: {exc}{hint}") from None
     verb = "approved" if approved else "denied"
     text = f"{verb} request {args.request_id} ({request.tool}, run {request.run_id}) as {reviewer}"
     if full_edits is not None:
@@ -299,6 +324,7 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
             if args.all or status in ("ambiguous", "in flight", "claimed"):
                 effects.append((key, status, state))
     if args.json:
+        records: list[str] = []
         for key, status, s in effects:
             record: dict[str, Any] = {
                 "key": key,
@@ -309,7 +335,8 @@ async def cmd_effects_list(args: argparse.Namespace, out: IO[str]) -> int:
             # Every record has the same keys, those of the audit's effect keys: a claim an
             # older version wrote has no holder ("", 0) and no lease (0.0).
             record.update(holder=s.holder, pid=s.pid, host=s.host, lease_until=s.lease_until)
-            print(json_text(record), file=out)
+            records.append(json_text(record))
+        print_json_list(records, out)
         return 0
     if not effects:
         print("no ambiguous effects" if not args.all else "no effect keys", file=out)

@@ -153,6 +153,12 @@ def _damage(prev: object, hash_: object, payload: object) -> str:
 
 #: The reason of a keyed chain none of whose hashes verifies under the key it was given.
 WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
+#: The same, for a ledger whose meta says it was written without a key.
+NO_KEY = (
+    "the ledger has no key (it is marked as written without one) and no event's hash "
+    "verifies under this key: check it without the key (if it was written with this key, "
+    "it was altered)"
+)
 
 
 def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
@@ -166,13 +172,17 @@ def _any_verifies(records: Iterable[Record], key: bytes) -> bool:
     return False
 
 
-def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verification:
+def verify_records(
+    records: Iterable[Record], key: bytes | None = None, *, marked_keyed: bool = True
+) -> Verification:
     """Check seq continuity (from 1), each ``prev`` link and each hash; name the first bad seq.
 
     A record whose fields are of the wrong kinds (a damaged file) is named too, never a
     ``TypeError``.
     With a ``key`` under which no hash verifies, no seq is named: ``reason`` is
-    ``WRONG_KEY`` (a wrong key, or a ledger altered throughout, cannot be told apart).
+    ``WRONG_KEY`` (a wrong key, or a ledger altered throughout, cannot be told apart), or
+    ``NO_KEY`` when the store marks the ledger as written without a key (``marked_keyed``
+    False): a key given for a ledger that has none is not a wrong one.
     """
     expected_seq = 1
     prev = ""
@@ -220,7 +230,9 @@ def verify_records(records: Iterable[Record], key: bytes | None = None) -> Verif
                 # Under a wrong key no hash verifies, exactly as when every record was
                 # altered: nothing says which, so neither is claimed. One later hash that
                 # verifies proves the key, and then this record was altered.
-                return Verification(ok=False, checked=0, reason=WRONG_KEY)
+                return Verification(
+                    ok=False, checked=0, reason=WRONG_KEY if marked_keyed else NO_KEY
+                )
             return Verification(
                 ok=False,
                 checked=checked,

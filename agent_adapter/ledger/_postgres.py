@@ -576,7 +576,7 @@ class PostgresLedger(GroupCommit):
                 scanned: Iterator[Record] = records()
                 if progress is not None:
                     scanned = counted(scanned, progress, max(head_seq, 0))
-                result = verify_records(scanned, self._key)
+                result = verify_records(scanned, self._key, marked_keyed=meta.get("keyed") == "1")
                 # Drain what is left, so the producer's last put returns.
                 for _ in records():
                     pass

@@ -32,7 +32,9 @@ version 1 schema migrates it (``migrate``): the function, then the index built
 from __future__ import annotations
 
 import asyncio
+import errno
 import re
+import socket
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -401,6 +403,10 @@ def retryable(exc: BaseException) -> bool:
     return getattr(exc, "sqlstate", None) in _RETRYABLE
 
 
+#: A connect that cannot reach the host at all: no route, no such local address.
+_UNREACHABLE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL})
+
+
 def translate(where: str, doing: str, exc: BaseException, wait_s: float) -> LedgerError:
     """The one place where the driver's exceptions become ``LedgerError`` naming the database."""
     import asyncpg
@@ -426,6 +432,17 @@ def translate(where: str, doing: str, exc: BaseException, wait_s: float) -> Ledg
         message = f"ledger {where}: {doing}: the server did not answer within {wait_s:g} s"
     elif isinstance(exc, ConnectionRefusedError):
         message = f"ledger {where}: {doing}: cannot connect: connection refused (is it running?)"
+    elif isinstance(exc, socket.gaierror):
+        # Never connected, so nothing was "lost": the name in the DSN has no address.
+        message = (
+            f"ledger {where}: {doing}: cannot connect: the host name does not resolve "
+            f"({exc.strerror or detail})"
+        )
+    elif isinstance(exc, OSError) and exc.errno in _UNREACHABLE:
+        message = (
+            f"ledger {where}: {doing}: cannot connect: {exc.strerror or detail} (is the "
+            "host reachable from here?)"
+        )
     elif connection_lost(exc):
         message = f"ledger {where}: {doing}: the connection to the server was lost ({detail})"
     elif isinstance(exc, OSError):

@@ -172,7 +172,7 @@ def _verify_file(
             scanned: Iterator[Record] = records(cursor)
             if progress is not None:
                 scanned = counted(scanned, progress, max(head_at, 0))
-            result = verify_records(scanned, key)
+            result = verify_records(scanned, key, marked_keyed=meta.get("keyed") == "1")
             cursor.close()
             # Same snapshot as the records: a commit in between is not a difference.
             unlike = _unlike_indexes(conn, sums) if result.ok and not stopped else []

@@ -267,10 +267,14 @@ def test_show_row_details_name_the_fields(built: Built, capsys: pytest.CaptureFi
 def test_show_filters_as_json_lines(
     built: Built, capsys: pytest.CaptureFixture[str], filters: list[str], expected: list[int]
 ) -> None:
-    """`ledger show --json` with --run/--call/--tool/--type prints exactly the matching events."""
-    code, out, err = run_main(capsys, "ledger", "show", "--db", built.db, "--json", *filters)
+    """`ledger show --jsonl` with --run/--call/--tool/--type prints exactly the matching events,
+    one per line; `--json` the same events as one JSON array (`[]` when none match)."""
+    code, out, err = run_main(capsys, "ledger", "show", "--db", built.db, "--jsonl", *filters)
     assert (code, err) == (0, "")
     assert [decode_event(line) for line in out.splitlines()] == [built.events[i] for i in expected]
+    code, document, err = run_main(capsys, "ledger", "show", "--db", built.db, "--json", *filters)
+    assert (code, err) == (0, "")
+    assert json.loads(document) == [json.loads(line) for line in out.splitlines()]
 
 
 def test_export_is_every_event_as_json_lines(
@@ -295,7 +299,7 @@ def test_tail_without_follow_prints_the_last_events(
 ) -> None:
     """`ledger tail -n 2 --no-follow` prints the last two events and exits."""
     code, out, err = run_main(
-        capsys, "ledger", "tail", "--db", built.db, "-n", "2", "--no-follow", "--json"
+        capsys, "ledger", "tail", "--db", built.db, "-n", "2", "--no-follow", "--jsonl"
     )
     assert (code, err) == (0, "")
     assert [decode_event(line) for line in out.splitlines()] == built.events[-2:]
@@ -305,7 +309,7 @@ def test_tail_duration_bounds_the_whole_command(built: Built) -> None:
     """`ledger tail --duration 0.2 --interval 600` prints the last event and exits 0 well
     before one interval: no pause outlasts the time left (TIMEOUT_S is a tenth of it)."""
     done = cli(
-        "ledger", "tail", "--db", built.db, "-n", "1", "--json",
+        "ledger", "tail", "--db", built.db, "-n", "1", "--jsonl",
         "--duration", "0.2", "--interval", "600",
     )  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
@@ -493,7 +497,7 @@ def test_audit_prints_each_call_and_key_and_fails_on_the_ambiguous_one(
         ["r1", "c2", "refund", digests["c2"], "approved by alice via port", "call.succeeded"],
         ["r1", "c3", "refund", digests["c3"], "denied by alice via port", "call.denied"],
         ["r1", "c4", "ship", digests["c4"], "-", "call.timed_out"],
-        ["r2", "c5", "refund", digests["c5"], "requested, no decision", "call.pending"],
+        ["r2", "c5", "refund", digests["c5"], "pending at a reviewer", "call.pending"],
     ]
     assert lines[7] == "effect keys: 2"
     assert [columns(line) for line in lines[8:11]] == [
@@ -656,7 +660,7 @@ def test_approvals_list_shows_the_open_request(
         '{"order_id":"C3","amount_cents":700}',
     ]
     code, out, _ = run_main(capsys, "approvals", "list", "--db", built.db, "--json")
-    listed = json.loads(out)
+    [listed] = json.loads(out)
     assert (listed["request_id"], listed["tool"], listed["args"]) == (
         built.request_id,
         "refund",
@@ -1030,7 +1034,7 @@ def test_effects_list_shows_the_ambiguous_key(
     ]
     code, out, _ = run_main(capsys, "effects", "list", "--db", built.db, "--all", "--json")
     holders = {e.call_id: holder_fields(e) for e in built.events if e.type == "effect.claimed"}
-    assert [json.loads(line) for line in out.splitlines()] == [
+    assert json.loads(out) == [
         {"key": "refund:A1", "status": "committed", "run_id": "r1", "call_id": "c2"}
         | holders["c2"],
         {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c4"} | holders["c4"],

@@ -210,25 +210,96 @@ def compact_objects(text: str) -> list[dict[str, Any]]:
     return objects
 
 
+def json_array(text: str) -> list[dict[str, Any]]:
+    """``text`` checked to be one JSON array of objects, each compact on its own line."""
+    value = json.loads(text)
+    assert isinstance(value, list), text
+    if not value:
+        assert text == "[]\n"
+        return value
+    lines = text.splitlines()
+    assert (lines[0], lines[-1]) == ("[", "]")
+    items = [line.removesuffix(",") for line in lines[1:-1]]
+    assert compact_objects("\n".join(items)) == value
+    return value
+
+
 @pytest.mark.parametrize(
     "command",
     [
         ["ledger", "show", "--json"],
-        ["ledger", "tail", "--no-follow", "-n", "30", "--json"],
-        ["ledger", "export"],
         ["approvals", "list", "--json"],
         ["effects", "list", "--json"],
         ["effects", "list", "--all", "--json"],
     ],
     ids=" ".join,
 )
-def test_json_lists_are_one_compact_object_per_line(
+def test_json_lists_are_one_json_array(
     built: Built, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    """A list is JSON lines: one compact object per item (the same style everywhere)."""
+    """A list's ``--json`` is one JSON document (``json.load`` and ``python -m json.tool``
+    read it): an array with a compact object per line."""
+    code, out, err = run_main(capsys, *command, "--db", built.db)
+    assert (code, err) == (0, "")
+    assert json_array(out)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ledger", "show", "--run", "nope", "--json"],
+        ["approvals", "list", "--json"],
+        ["effects", "list", "--json"],
+    ],
+    ids=" ".join,
+)
+def test_an_empty_json_list_is_an_empty_array(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Nothing to list is ``[]``, not an empty output that no JSON reader takes."""
+    db = str(tmp_path / "empty.db")
+
+    async def create() -> None:  # a ledger with no event
+        ledger = SQLiteLedger(db)
+        await ledger.open()
+        await ledger.close()
+
+    asyncio.run(create())
+    code, out, err = run_main(capsys, *command, "--db", db)
+    assert (code, out, err) == (0, "[]\n", "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ledger", "show", "--jsonl"],
+        ["ledger", "tail", "--no-follow", "-n", "30", "--jsonl"],
+        ["ledger", "export"],
+    ],
+    ids=" ".join,
+)
+def test_json_lines_are_one_compact_object_per_line(
+    built: Built, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A stream (``--jsonl``, and the export) is JSON Lines: one compact object per event."""
     code, out, err = run_main(capsys, *command, "--db", built.db)
     assert (code, err) == (0, "")
     assert compact_objects(out)
+
+
+def test_tail_json_is_a_usage_error_naming_jsonl(
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A followed tail never ends an array: ``--json`` there is refused (exit 2) for
+    ``--jsonl``, before anything is printed."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--no-color", "ledger", "tail", "--json", "--db", built.db])
+    captured = capsys.readouterr()
+    assert (stopped.value.code, captured.out) == (2, "")
+    assert captured.err.splitlines()[-1] == (
+        "agent-adapter ledger tail: error: --json prints one JSON document, which a followed "
+        "stream never finishes: use --jsonl (one JSON object per line)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -261,10 +332,13 @@ def test_effects_list_json_values(built: Built, capsys: pytest.CaptureFixture[st
     assert (code, out.splitlines()) == (
         0,
         [
+            "[",
             '{"key":"refund:A1","status":"committed","run_id":"r1","call_id":"c2",'
-            + holder("refund:A1"),
+            + holder("refund:A1")
+            + ",",
             '{"key":"ship:A1","status":"ambiguous","run_id":"r1","call_id":"c4",'
             + holder("ship:A1"),
+            "]",
         ],
     )
     assert claims["refund:A1"].holder and claims["refund:A1"].lease_until > 0

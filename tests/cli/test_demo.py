@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ TURN_1_LOOKUP = [
     ("call.started", "call_lookup_1"),
     ("call.succeeded", "call_lookup_1"),
 ]
+#: Turn 3: another refund asked of a DeferredApproval and left open for the inbox.
+LEFT_PENDING = [("approval.pending", "call_refund_3")]
 DENIED = [
     *TURN_1_LOOKUP,
     ("call.requested", "call_refund_1"),
@@ -40,6 +43,7 @@ DENIED = [
     ("approval.requested", "call_refund_1"),
     ("approval.denied", "call_refund_1"),
     ("call.denied", "call_refund_1"),
+    *LEFT_PENDING,
 ]
 APPROVED = [
     *TURN_1_LOOKUP,
@@ -58,6 +62,7 @@ APPROVED = [
     ("approval.requested", "call_refund_2"),
     ("approval.granted", "call_refund_2"),
     ("call.duplicate", "call_refund_2"),
+    *LEFT_PENDING,
 ]
 
 
@@ -113,7 +118,7 @@ def test_demo_approve_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     ) in lines
     assert "refunds the payment API received: 1" in lines
     hints = lines.index("explore the ledger (from this directory):")
-    assert lines[hints - 3 : hints] == ["chain: intact (19 events verified)", "problems: none", ""]
+    assert lines[hints - 3 : hints] == ["chain: intact (20 events verified)", "problems: none", ""]
 
 
 def test_demo_audit_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,7 +128,7 @@ def test_demo_audit_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0
     digests = {e.call_id: e.digest[:12] for e in events(db) if e.type == "call.validated"}
     lines = out.splitlines()
-    start = lines.index("calls: 4, events: 19")
+    start = lines.index("calls: 5, events: 20")
     rows = [[c for c in line.strip().split("  ") if c] for line in lines[start + 2 : start + 6]]
     assert [[c.strip() for c in row] for row in rows] == [
         ["demo-run", "call_lookup_1", "lookup_order", digests["call_lookup_1"], "-",
@@ -150,7 +155,7 @@ def test_demo_deny_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "  --deny: denied as bob" in lines
     assert "agent: I could not refund order A1001: refund was not approved: --deny." in lines
     assert "refunds the payment API received: 0" in lines
-    assert "chain: intact (9 events verified)" in lines
+    assert "chain: intact (10 events verified)" in lines
 
 
 def test_demo_edit_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,7 +201,9 @@ def test_demo_log_format_json_logs_every_event_to_stderr(
     captured = capsys.readouterr()
     assert code == 0
     logged = [json.loads(line) for line in captured.err.splitlines()]
-    assert [(r["event"], r["call_id"]) for r in logged] == APPROVED
+    # Every event the executor appends; turn 3's approval.pending is the deferred port's
+    # own write to the ledger, which the executor's hooks do not see.
+    assert [(r["event"], r["call_id"]) for r in logged] == APPROVED[: -len(LEFT_PENDING)]
     assert "host: refused: DuplicateEffect" in captured.out
 
 
@@ -268,7 +275,15 @@ def test_demo_without_a_terminal_denies_and_does_not_hang(tmp_path: Path) -> Non
         in done.stdout.splitlines()
     )
     assert f"ledger: {tmp_path / 'agent-adapter-demo.db'}" in done.stdout.splitlines()
-    assert [(e.type, e.call_id) for e in events(tmp_path / "agent-adapter-demo.db")] == DENIED
+    recorded = events(tmp_path / "agent-adapter-demo.db")
+    assert [(e.type, e.call_id) for e in recorded] == DENIED
+    # Nobody decided: no reviewer is recorded (not the OS user), only why it was denied.
+    (denied,) = [e for e in recorded if e.type == "approval.denied"]
+    assert (denied.reviewer, denied.source, denied.reason) == ("", "port", "no terminal to ask")
+    lines = done.stdout.splitlines()
+    assert "  approval.denied: no reviewer (no terminal to ask)" in lines
+    (row,) = [line for line in lines if "call_refund_1" in line]
+    assert "denied, no reviewer (no terminal to ask)  call.denied" in row
 
 
 def test_demo_refuses_a_directory_as_its_ledger(tmp_path: Path) -> None:
@@ -549,16 +564,22 @@ def test_demo_hint_commands_run_as_printed(tmp_path: Path, on_path: bool) -> Non
     activate = "source .venv/bin/activate"
     advice = [] if on_path else [f"to type agent-adapter alone, put it on PATH: {activate}"]
     actions = ("show", "audit", "verify", "export")
+    (pending,) = [e for e in events(tmp_path / db) if e.type == "approval.pending"]
+    request_id = pending.request_id
+    assert f"  asked a DeferredApproval (it lives in the ledger): {request_id} pending" in lines
     assert lines[start + 1 :] == [
         *(f"  {prefix} ledger {action} --db {db}" for action in actions),
-        "review approvals in a browser (the approval inbox; Ctrl-C stops it):",
+        "decide turn 3's open request in a browser (the approval inbox; Ctrl-C stops it):",
         f"  {prefix} approvals serve --db {db}",
+        "or at the terminal:",
+        f"  {prefix} approvals list --db {db}",
+        f"  {prefix} approvals approve {request_id} --db {db} --reason 'shipping was late'",
         *advice,
     ]
     statuses = [(run(shlex.split(line)).returncode, line) for line in lines[start + 1 : start + 5]]
     assert statuses == [(0, line) for line in lines[start + 1 : start + 5]]
     # The inbox command starts as printed (on a free port: 8765 may be taken here), prints
-    # where it serves once it listens, and stops cleanly on Ctrl-C.
+    # where it serves once it listens, shows turn 3's request, and stops cleanly on Ctrl-C.
     serve = [*shlex.split(lines[start + 6]), "--port", "0"]
     inbox = subprocess.Popen(
         serve,
@@ -571,17 +592,33 @@ def test_demo_hint_commands_run_as_printed(tmp_path: Path, on_path: bool) -> Non
     )
     assert inbox.stdout is not None
     first = inbox.stdout.readline()
-    inbox.send_signal(signal.SIGINT)
-    rest, err = inbox.communicate(timeout=TIMEOUT_S)
-    assert first.startswith(f"approval inbox of {db} at http://127.0.0.1:")
+    try:
+        assert first.startswith(f"approval inbox of {db} at http://127.0.0.1:")
+        token = inbox.stdout.readline().strip().rsplit("?token=", 1)[1]  # "open URL?token=T"
+        front = urllib.request.Request(
+            first.rsplit(" at ", 1)[1].strip(), headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(front, timeout=30) as page:
+            shown = page.read().decode()
+    finally:
+        inbox.send_signal(signal.SIGINT)
+        rest, err = inbox.communicate(timeout=TIMEOUT_S)
+    assert f'data-request="{request_id}"' in shown
     assert (inbox.returncode, err, rest.splitlines()[-1]) == (0, "", "stopped")
+    # At the terminal: listed, then approved as printed (recorded; the demo's run is over).
+    listed = run(shlex.split(lines[start + 8]))
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == [request_id]
+    approved = run(shlex.split(lines[start + 9]))
+    assert (approved.returncode, approved.stderr) == (0, "")
+    assert [e.type for e in events(tmp_path / db)][-1] == "approval.answered"
     if not on_path:
         bash = shutil.which("bash")
         assert bash is not None
         activated = run([bash, "-c", f"{activate} && agent-adapter ledger verify --db {db}"])
         assert (activated.returncode, activated.stdout, activated.stderr) == (
             0,
-            "chain: intact (19 events verified)\n",
+            "chain: intact (21 events verified)\n",
             "",
         )
 

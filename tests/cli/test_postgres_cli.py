@@ -92,9 +92,7 @@ async def test_every_ledger_command_reads_a_postgres_ledger(
 
     shown = await asyncio.to_thread(cli, "ledger", "show", "--db", db, "--json")
     assert shown.returncode == 0, shown.stderr
-    assert [json.loads(line)["seq"] for line in shown.stdout.splitlines()] == [
-        e.seq for e in events
-    ]
+    assert [event["seq"] for event in json.loads(shown.stdout)] == [e.seq for e in events]
 
     verified = await asyncio.to_thread(
         cli, "ledger", "verify", "--db", postgres_dsn, "--schema", pg_schema, "--json"
@@ -128,17 +126,17 @@ async def test_approvals_and_effects_commands_on_a_postgres_ledger(
     db = f"{postgres_dsn}?schema={pg_schema}"
     listed = await asyncio.to_thread(cli, "approvals", "list", "--db", db, "--json")
     assert listed.returncode == 0, listed.stderr
-    assert [json.loads(line)["request_id"] for line in listed.stdout.splitlines()] == [request_id]
+    assert [request["request_id"] for request in json.loads(listed.stdout)] == [request_id]
     approved = await asyncio.to_thread(
         cli, "approvals", "approve", request_id, "--db", db, "--reviewer", "bob"
     )
     assert approved.returncode == 0, approved.stderr
     after = await asyncio.to_thread(cli, "approvals", "list", "--db", db, "--json")
-    assert (after.returncode, after.stdout) == (0, "")
+    assert (after.returncode, after.stdout) == (0, "[]\n")
 
     effects = await asyncio.to_thread(cli, "effects", "list", "--db", db, "--json")
     assert effects.returncode == 0, effects.stderr
-    [listed_key] = [json.loads(line) for line in effects.stdout.splitlines()]
+    [listed_key] = json.loads(effects.stdout)
     # The claim's holder: this process's executor (its id is random), and its lease.
     holder = {k: listed_key.pop(k) for k in ("holder", "pid", "host", "lease_until")}
     assert listed_key == {"key": "ship:A1", "status": "ambiguous", "run_id": "r1", "call_id": "c3"}
@@ -184,7 +182,7 @@ async def test_tail_follows_a_postgres_ledger_by_listen(postgres_dsn: str, pg_sc
         "1",
         "--interval",
         "600",
-        "--json",
+        "--jsonl",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "NO_COLOR": "1"},

@@ -29,3 +29,30 @@ def test_postgres_example_refunds_once_across_two_replicas(
         "replica-2: refused, run replica-1 did it",
         "True",
     ]
+
+
+def test_postgres_example_without_a_server_says_so_in_one_line() -> None:
+    """No DSN: the example names the variable and the command that prints one; a DSN whose
+    host does not resolve: one line saying so (not a traceback, not "connection lost")."""
+    runs = {}
+    for dsn in ("", "postgresql://app@db.invalid:5432/pay?schema=refunds"):
+        runs[dsn] = subprocess.run(
+            [sys.executable, "-c", _example("postgres")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "AGENT_ADAPTER_DSN": dsn},
+        )
+    unset, unresolved = runs.values()
+    assert (unset.returncode, unset.stdout, unset.stderr) == (
+        1,
+        "",
+        "set AGENT_ADAPTER_DSN (python -m agent_adapter.testing.postgres prints one)\n",
+    )
+    assert (unresolved.returncode, unresolved.stdout) == (1, "")
+    assert unresolved.stderr.startswith(
+        "error: ledger postgresql://app@db.invalid:5432/pay (schema refunds): opening: cannot "
+        "connect: the host name does not resolve ("
+    )
+    assert len(unresolved.stderr.splitlines()) == 1

@@ -8,7 +8,9 @@ through ``OTEL_EXPORTER_OTLP_ENDPOINT``, as the README says.
 from __future__ import annotations
 
 import http.server
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -112,3 +114,53 @@ def test_the_otel_example_sends_nested_spans_to_the_collector(
     }
     assert service["service.name"] == "refunds"
     assert b"4111111111111111" not in received[0][1]
+
+
+def _run_example(**env: str) -> subprocess.CompletedProcess[str]:
+    """The README's example in a fresh process, without the caller's OTLP endpoint, plus
+    ``env``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
+    return subprocess.run(
+        [sys.executable, "-c", _example("otel")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+        check=False,
+    )
+
+
+def test_without_a_collector_the_example_prints_its_spans() -> None:
+    """No OTEL_EXPORTER_OTLP_ENDPOINT: the spans are printed after the result (the SDK's
+    console exporter, one JSON object each): the agent's turn and, under it,
+    `execute_tool refund`, with no card number anywhere."""
+    done = _run_example()
+    assert (done.returncode, done.stderr) == (0, "")
+    first, rest = done.stdout.split("\n", 1)
+    assert first == "refunded 500 on A1"
+    decoder = json.JSONDecoder()
+    spans: list[dict[str, Any]] = []
+    text = rest.strip()
+    while text:
+        span, end = decoder.raw_decode(text)
+        spans.append(span)
+        text = text[end:].strip()
+    by_name = {s["name"]: s for s in spans}
+    assert sorted(by_name) == ["agent turn", "execute_tool refund"]
+    turn, tool = by_name["agent turn"], by_name["execute_tool refund"]
+    assert tool["parent_id"] == turn["context"]["span_id"]
+    assert tool["attributes"]["agent_adapter.outcome"] == "succeeded"
+    assert [e["name"] for e in tool["events"]] == timeline("call.succeeded", effect=True)
+    assert "4111111111111111" not in done.stdout
+
+
+def test_with_no_collector_answering_the_example_still_answers() -> None:
+    """An endpoint where nothing listens: the call's result is printed, the exporter gives
+    up with warnings (no traceback) and the example exits 0."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _run_example(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert (done.returncode, done.stdout) == (0, "refunded 500 on A1\n")
+    assert "Traceback" not in done.stderr
+    assert "Failed to export spans batch" in done.stderr

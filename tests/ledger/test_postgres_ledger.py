@@ -14,10 +14,10 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 from _helpers import timeline
-from _pg_cluster import Cluster, binaries
 
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, PostgresLedger, Verification
+from agent_adapter.testing.postgres import Cluster, binaries
 
 
 def _event(i: int, run_id: str = "r") -> CallRequested:

@@ -27,6 +27,11 @@ from agent_adapter.ledger._sqlite_threads import _ReadOnlyReader
 KEY = b"k" * 32
 # The reason of a keyed chain none of whose hashes verifies under the key given.
 WRONG_KEY = "no event's hash verifies under this key: wrong key, or the ledger was altered"
+NO_KEY = (
+    "the ledger has no key (it is marked as written without one) and no event's hash "
+    "verifies under this key: check it without the key (if it was written with this key, "
+    "it was altered)"
+)
 
 
 def requested(call_id: str, run_id: str = "r1") -> CallRequested:
@@ -596,7 +601,8 @@ async def test_keyed_flag_flipped_and_rechained_is_caught_with_the_key(tmp_path:
     await writer.close()
     # The limit of an unkeyed check: a deliberate rewrite (head and mark too) verifies.
     assert without_key == Verification(ok=True, checked=3)
-    assert with_key == Verification(ok=False, checked=0, reason=WRONG_KEY)
+    # Marked unkeyed, so the key is not called wrong; its holder is told what that means.
+    assert with_key == Verification(ok=False, checked=0, reason=NO_KEY)
     assert str(caught.value) == (
         f"ledger {path} was written without a key; a key cannot be added to an existing chain"
     )

@@ -21,7 +21,6 @@ from ...engine import ApprovalPort, ApprovalRequest, CallContext, Decision, ask_
 from ...errors import (
     ApprovalDenied,
     LedgerError,
-    ToolArgsInvalid,
     ToolUsageError,
 )
 from ._compat import check_sdk, sdk_name
@@ -173,37 +172,56 @@ async def review_interruptions(result: Any, port: ApprovalPort, *, run_id: str =
                     _Item(item, export, call_id, "", Decision(approved=False, reason=reason))
                 )
                 continue
-            try:
-                args: Any = export.spec.validate(item.arguments or "")
-            except ToolArgsInvalid as exc:
-                reason = f"its arguments are invalid ({exc})"
+            # The engine's own view of the call (validation, digest, the effect key and
+            # its state now): the reviewer is told when the key already ran, as every
+            # bridge's reviewer is, from the one implementation.
+            prepared = await export.executor.prepare(
+                export.spec,
+                item.arguments or "",
+                CallContext(
+                    run_id=state_run_id(state, run_id),
+                    call_id=call_id,
+                    metadata={"integration": NAME},
+                ),
+            )
+            if prepared.error is not None:
+                reason = f"its arguments are invalid ({prepared.error})"
                 items.append(
                     _Item(item, export, call_id, "", Decision(approved=False, reason=reason))
                 )
                 continue
-            redact = export.spec.redact
-            # Recorded with the request, so the CLI and the inbox check an edit against
-            # it before recording it, without the registry.
-            schema: dict[str, Any] | None = export.spec.json_schema
+            request = ApprovalRequest(
+                request_id=uuid.uuid4().hex,
+                run_id=request_run_id,
+                call_id=call_id,
+                tool=tool,
+                description=export.spec.description,
+                args=prepared.args,
+                digest=prepared.digest,
+                metadata={"integration": NAME},
+                redact=export.spec.redact,
+                # Recorded with the request, so the CLI and the inbox check an edit against
+                # it before recording it, without the registry.
+                json_schema=export.spec.json_schema,
+                effect_key=prepared.effect_key,
+                effect_state=prepared.effect_state,
+                effect_by_run_id=prepared.effect_by_run_id,
+                effect_by_call_id=prepared.effect_by_call_id,
+            )
         else:
             args = _raw_args(item.arguments)
-            redact = frozenset()
-            schema = None
-        args_digest = digest(args)
-        request = ApprovalRequest(
-            request_id=uuid.uuid4().hex,
-            run_id=request_run_id,
-            call_id=call_id,
-            tool=tool,
-            description=export.spec.description if export is not None else "",
-            args=args,
-            digest=args_digest,
-            metadata={"integration": NAME},
-            redact=redact,
-            json_schema=schema,
-        )
+            request = ApprovalRequest(
+                request_id=uuid.uuid4().hex,
+                run_id=request_run_id,
+                call_id=call_id,
+                tool=tool,
+                description=export.spec.description if export is not None else "",
+                args=args,
+                digest=digest(args),
+                metadata={"integration": NAME},
+            )
         decision, held = await ask_port(port, request)
-        items.append(_Item(item, export, call_id, args_digest, decision, held))
+        items.append(_Item(item, export, call_id, request.digest, decision, held))
     _check_edits(items)
     _decide(state, items)
     try:

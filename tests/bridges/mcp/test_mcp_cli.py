@@ -91,7 +91,7 @@ async def test_stdio_serve_with_a_pending_approval_answered_by_another_process(
         },
         "request_id": request_id,
     }
-    assert [json.loads(line)["request_id"] for line in listed.stdout.splitlines()] == [request_id]
+    assert [request["request_id"] for request in json.loads(listed.stdout)] == [request_id]
     assert answered.returncode == 0, answered.stderr
     assert done.structured_content == {"refunded": 500, "order_id": "A1"}
     # One decision authorizes one execution: the same refund again is asked for again.

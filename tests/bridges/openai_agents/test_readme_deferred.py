@@ -33,12 +33,9 @@ def environment() -> dict[str, str]:
     }
 
 
-async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
-    tmp_path: Path,
-) -> None:
-    """The service prints the reviewer's command and waits; the reviewer block (run by bash in
-    its own process) lists and approves the request; the service resumes, the refund runs once
-    under alice's approval and the audit finds no problem."""
+async def serve_and_review(tmp_path: Path, reviewer_script: str) -> tuple[str, str]:
+    """Run the service, then ``reviewer_script`` (bash, ``$REQUEST_ID`` set to the id the
+    service printed) in its own process; (the reviewer's last two lines, the service's rest)."""
     env = environment()
     service = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -61,7 +58,7 @@ async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
         reviewer = await asyncio.create_subprocess_exec(
             "bash",
             "-euc",
-            block("bash", "reviewer"),
+            reviewer_script,
             cwd=tmp_path,
             env={**env, "REQUEST_ID": request_id},
             stdout=asyncio.subprocess.PIPE,
@@ -69,20 +66,27 @@ async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
         )
         said, complaints = await asyncio.wait_for(reviewer.communicate(), TIMEOUT_S)
         assert (reviewer.returncode, complaints.decode()) == (0, "")
-        listed, approved = said.decode().splitlines()[-2:]
+        listed, decided = said.decode().splitlines()[-2:]
         assert listed.startswith(request_id) and "ticket-4711  call_1  refund" in listed
-        assert approved == f"approved request {request_id} (refund, run ticket-4711) as alice"
 
         rest, errors = await asyncio.wait_for(service.communicate(), TIMEOUT_S)
-        assert (service.returncode, rest.decode(), errors.decode()) == (
-            0,
-            "Refunded order A1.\n",
-            "",
-        )
+        assert (service.returncode, errors.decode()) == (0, "")
+        return decided.replace(request_id, "REQUEST_ID"), rest.decode()
     finally:
         if service.returncode is None:
             service.kill()
             await service.wait()
+
+
+async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """The service prints the reviewer's command and waits; the reviewer block (run by bash in
+    its own process) lists and approves the request; the service resumes, the refund runs once
+    under alice's approval and the audit finds no problem."""
+    approved, rest = await serve_and_review(tmp_path, block("bash", "reviewer"))
+    assert approved == "approved request REQUEST_ID (refund, run ticket-4711) as alice"
+    assert rest == "Refunded order A1.\n"
 
     async with SQLiteLedger(tmp_path / "refunds.db", readonly=True) as ledger:
         events = [event async for event in ledger.read()]
@@ -108,3 +112,20 @@ async def test_the_deferred_service_waits_for_the_cli_reviewer_and_resumes(
         "call.succeeded",
     )
     assert audit.problems() == []
+
+
+async def test_after_a_denial_the_service_says_the_order_was_not_refunded(tmp_path: Path) -> None:
+    """The reviewer denies instead: the scripted model's answer reads the refusal the tool
+    returned, so the service prints that A1 was not refunded and why (never a fixed success),
+    and the ledger shows the denial and no body."""
+    script = block("bash", "reviewer").replace(
+        'approvals approve "$REQUEST_ID" --db refunds.db --reviewer alice --reason "order checked"',
+        'approvals deny "$REQUEST_ID" --db refunds.db --reviewer alice --reason "already refunded"',
+    )
+    denied, rest = await serve_and_review(tmp_path, script)
+    assert denied == "denied request REQUEST_ID (refund, run ticket-4711) as alice"
+    assert rest == "Order A1 was not refunded: refund was not approved: already refunded.\n"
+    async with SQLiteLedger(tmp_path / "refunds.db", readonly=True) as ledger:
+        events = [event async for event in ledger.read()]
+    assert [e.type for e in events][-2:] == ["approval.denied", "call.denied"]
+    assert "call.started" not in [e.type for e in events]

@@ -1,4 +1,14 @@
-"""A throwaway PostgreSQL cluster for the tests and benchmarks: initdb, pg_ctl, a free port.
+"""A throwaway PostgreSQL cluster: initdb, pg_ctl, a free port; for tests and for trying.
+
+``python -m agent_adapter.testing.postgres`` starts one, prints its DSN (the first line of
+its output) and runs until Ctrl-C or SIGTERM, then stops the server and removes its data::
+
+    $ python -m agent_adapter.testing.postgres
+    postgresql://aa:aa-test-secret@127.0.0.1:41234/postgres
+    a throwaway PostgreSQL, data in /tmp/agent-adapter-pg-x1y2; Ctrl-C stops it and removes it
+
+It needs PostgreSQL's server binaries installed (``initdb`` and ``pg_ctl``: the
+``postgresql`` package of most systems), nothing else: no service, no configuration.
 
 ``Cluster.start()`` runs the system's ``initdb`` into a fresh temporary directory and
 ``pg_ctl start`` on a free loopback port, with the unix socket in that directory, so
@@ -8,10 +18,9 @@ directory. ``binaries()`` finds the binaries (``$PG_BIN``, ``pg_config --bindir`
 ``/usr/lib/postgresql/*/bin``), or None (``$PG_BIN``, when set, is the
 only one looked at).
 
-pg_ctl leaves the server running on its own: a test run killed with SIGKILL (a CI
-timeout) never reaches ``stop()``. So each cluster has a ``_watchdog.Watchdog``: when the
-process that started it ends, however it ends, the server is stopped and the directory
-removed.
+pg_ctl leaves the server running on its own: a process killed with SIGKILL (a CI
+timeout) never reaches ``stop()``. So each cluster has a watchdog: when the process that
+started it ends, however it ends, the server is stopped and the directory removed.
 """
 
 from __future__ import annotations
@@ -20,14 +29,18 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-from _watchdog import Watchdog
+from ._watchdog import Watchdog
 
-__all__ = ["Cluster", "binaries"]
+__all__ = ["Cluster", "binaries", "main"]
 
 _PREFIX = "agent-adapter-pg-"
 
@@ -220,3 +233,55 @@ class Cluster:
         )
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()}")
+
+
+_PROG = "python -m agent_adapter.testing.postgres"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start a throwaway cluster, print its DSN, wait for Ctrl-C or SIGTERM, then stop it
+    and remove its data; the exit status (0, or 1 with one line on stderr)."""
+    if list(argv if argv is not None else sys.argv[1:]):
+        print(f"usage: {_PROG}  (no arguments)", file=sys.stderr)
+        return 2
+    bindir = binaries()
+    if bindir is None:
+        print(
+            f"{_PROG}: error: PostgreSQL's server binaries (initdb, pg_ctl) are not "
+            "installed: install the postgresql package, or set PG_BIN to their directory",
+            file=sys.stderr,
+        )
+        return 1
+    asked = threading.Event()
+
+    def stop_asked(signum: int, frame: object) -> None:
+        asked.set()
+
+    # Set before the start: a ^C while initdb runs stops the cluster as soon as it is up.
+    previous = {s: signal.signal(s, stop_asked) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            cluster = Cluster.start(bindir)
+        except RuntimeError as exc:
+            text = " ".join(str(exc).split())
+            print(f"{_PROG}: error: {text}", file=sys.stderr)
+            return 1
+        try:
+            print(cluster.dsn, flush=True)
+            print(
+                f"a throwaway PostgreSQL, data in {cluster.root}; Ctrl-C stops it and removes it",
+                flush=True,
+            )
+            while not asked.wait(3600):
+                pass
+        finally:
+            cluster.stop()
+        print("stopped", flush=True)
+        return 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
