@@ -15,7 +15,7 @@ from _docs import DOCS, README, REPO, page, pages
 from agent_adapter.cli import build_parser
 
 FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"^(?:\$ )?(?:\.venv/bin/)?agent-adapter(?: |$)")
 
 
