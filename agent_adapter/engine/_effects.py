@@ -80,7 +80,15 @@ def _render(pipe: Pipeline, run: _Run, args: dict[str, Any]) -> str | None:
     return text(key)
 
 
-def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True, wait: bool = False) -> str:
+def _claim(
+    pipe: Pipeline,
+    run: _Run,
+    call: Call,
+    *,
+    fresh: bool = True,
+    wait: bool = False,
+    settled: bool = True,
+) -> str:
     """Step 8: claim the call's effect key (``effect.claimed``) and return it.
 
     A committed key ends the call with ``call.duplicate`` (DuplicateEffect), a key claimed
@@ -89,7 +97,10 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True, wait: b
     shared with other processes its state here may be old (the claimer may have finished
     since), so the caller catches up with the ledger and asks again. With ``wait``, a
     key in flight for another call of this executor raises ``_Ours`` instead of the
-    in-flight refusal: its outcome is known here the moment it is written.
+    in-flight refusal: its outcome is known here the moment it is written. With
+    ``settled`` False, a claim whose holder is gone or whose lease ran out raises
+    ``_Stale`` rather than ``call.ambiguous``: the holder may have written its outcome
+    just before it stopped, and only news read after its end proves it left none.
     """
     spec = run.spec
     key = call.effect_key
@@ -101,6 +112,8 @@ def _claim(pipe: Pipeline, run: _Run, call: Call, *, fresh: bool = True, wait: b
             raise _Stale
         now = pipe.clock()
         status = state.status_at(now, pipe.skew_margin_s, pipe.host)
+        if not settled and status == AMBIGUOUS and state.status == "claimed":
+            raise _Stale
         if status == "committed":
             same = state.digest == call.digest
             message = (

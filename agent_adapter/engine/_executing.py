@@ -452,6 +452,9 @@ async def _claim_and_start(
     spec = run.spec
     ctx = run.ctx
     caught_up = False
+    # A claim whose holder is gone (or whose lease ran out) is ambiguous only on news
+    # read after that was seen: the holder may have written its outcome, then exited.
+    settled = not pipe.shared
     refusals = 0
     loop = asyncio.get_running_loop()
     waited: float | None = None  # (loop time) until when to wait for our own holder
@@ -467,6 +470,7 @@ async def _claim_and_start(
                 call,
                 fresh=caught_up or refusals > 0 or not pipe.shared,
                 wait=waited is None or loop.time() < waited,
+                settled=settled,
             )
         except _Ours:
             # Another call of this executor holds the key and is running: wait for its
@@ -485,6 +489,8 @@ async def _claim_and_start(
             continue
         except _Stale:
             # Another process claimed the key: hear what became of it, then decide.
+            if caught_up or refusals > 0:
+                settled = True  # the holder's end was seen before this news is read
             caught_up = True
             if pipe.catch_up is not None:
                 await pipe.catch_up()
