@@ -421,22 +421,25 @@ class Executor:
         try:
             events = [event async for event in self.ledger.read(run_id=run_id)]
             known = self.state.cold_calls.get(run_id, 0)
-            found = _finished_calls(events) if known else 0
-            if found < known:
-                # Fewer finished calls than the run had when it went cold: the read by run
-                # went through an index (SQLite's run_id index) that misses events of it,
-                # and a call whose outcome it hid would run again; or an outcome of this
-                # executor's was never written (its append failed). The table, read in
-                # seq order without an index, tells which, and is what the run holds.
+            extra = self.state.cold_extra.get(run_id, set())
+            found = _finished_calls(events) if known or extra else set()
+            if not extra <= found or len(found - extra) < known:
+                # Fewer finished calls than the run had when it went cold (plus those
+                # other processes finished in it since, counted apart: a new call must
+                # not make up for a hidden one): the read by run went through an index
+                # (SQLite's run_id index) that misses events of it, and a call whose
+                # outcome it hid would run again; or an outcome of this executor's was
+                # never written (its append failed). The table, read in seq order without
+                # an index, tells which, and is what the run holds.
                 table = [event async for event in self.ledger.read() if event.run_id == run_id]
-                if _finished_calls(table) > found:
+                if len(_finished_calls(table)) > len(found):
                     _log.warning(
                         "ledger: a read of run %r returned %d finished call(s) where the "
                         "ledger holds %d (a damaged index?); read from the whole ledger "
                         "instead: see agent-adapter ledger verify",
                         run_id,
-                        found,
-                        _finished_calls(table),
+                        len(found),
+                        len(_finished_calls(table)),
                     )
                 events = table
             last = events[-1].seq if events else 0
@@ -780,6 +783,6 @@ def _decides_again(state: Projection, key: tuple[str, str]) -> bool:
     return recorded is not None and recorded[1] == IN_FLIGHT and key not in state.inflight
 
 
-def _finished_calls(events: list[Event]) -> int:
-    """How many distinct calls ``events`` (one run's) hold an outcome of."""
-    return len({event.call_id for event in events if event.is_outcome})
+def _finished_calls(events: list[Event]) -> set[str]:
+    """The calls ``events`` (one run's) hold an outcome of."""
+    return {event.call_id for event in events if event.is_outcome}

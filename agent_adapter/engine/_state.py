@@ -139,6 +139,9 @@ class Projection:
         #: cold run -> how many of its calls had an outcome when it went cold: a recall
         #: that reads fewer read through a damaged index (``Executor._recall`` checks)
         self.cold_calls: dict[str, int] = {}
+        #: cold run -> the calls another process finished in it since it went cold (a
+        #: recall must read those and ``cold_calls`` more: they are not counted there)
+        self.cold_extra: dict[str, set[str]] = {}
         #: runs whose outcome is applied but not yet written: never sent cold before it
         #: is (a recall would read a ledger without it and run the call again)
         self.pinned: dict[str, int] = {}
@@ -336,6 +339,8 @@ class Projection:
                 self._remembered += 1
                 if self._remembered > self._evict_at:
                     self._evict(keep=run_id)
+        elif run_id in self.cold_calls:
+            self.cold_extra.setdefault(run_id, set()).add(key[1])
         if call.effect_key is not None:
             self._settle_effect(call.effect_key, event)
         if isinstance(event, CallSucceeded) and not event.redacted:
@@ -389,6 +394,7 @@ class Projection:
                 self.outcomes.pop((run_id, call_id), None)
             self._remembered -= len(history.calls)
             self.cold_calls[run_id] = len(history.calls)
+            self.cold_extra.pop(run_id, None)
             self.run_calls.pop(run_id, None)
             gone.add(run_id)
         # Runs counted but with no finished call here (one that died before it started,
@@ -423,6 +429,7 @@ class Projection:
             past.apply(event)
         self.cold.discard(run_id)
         self.cold_calls.pop(run_id, None)
+        self.cold_extra.pop(run_id, None)
         for key, call in past.inflight.items():
             # Started with no outcome in the ledger (an outcome whose write failed, or a
             # process that died): in flight, as replay leaves it, so a repeat is refused.

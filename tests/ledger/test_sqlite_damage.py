@@ -959,6 +959,42 @@ async def test_a_damaged_run_index_never_makes_a_finished_call_of_a_cold_run_run
     ]
 
 
+async def test_a_call_another_replica_adds_to_a_cold_run_never_makes_up_for_a_hidden_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As above, but while run-a is cold here another replica finishes a new call c2 of
+    it: the read by run then returns as many finished calls as run-a had when it went cold
+    (c0 and c2; c1 hidden). Counted apart, c2 does not make up for c1: the recall reads
+    the table and c1 is replayed, not run again. (Before, the counts matched, and c1 ran a
+    second time with no warning.)"""
+    path = tmp_path / "l.db"
+    ran: list[int] = []
+    registry = await echo_ledger(path, ran)
+    for _ in range(4):
+        change_index_entry(path, "events_run_id", b"run-a", b"run-b")
+    with caplog.at_level(logging.WARNING, logger="agent_adapter"):
+        async with Executor(registry, ledger=SQLiteLedger(path), remember=1) as second:
+            assert "run-a" in second.state.cold
+            async with Executor(registry, ledger=SQLiteLedger(path)) as third:
+                assert await third.call("echo", {"x": 2}, run_id="run-a", call_id="c2") == 2
+            # An unrelated call: `second` hears the other replica's events as it commits.
+            assert await second.call("echo", {"x": 5}, run_id="run-d", call_id="c0") == 5
+            assert "run-a" in second.state.cold
+            assert await second.call("echo", {"x": 1}, run_id="run-a", call_id="c1") == 1
+            c1 = [
+                e.type
+                async for e in second.ledger.read()
+                if (e.run_id, e.call_id) == ("run-a", "c1")
+            ]
+    assert ran == [0, 1, 9, 9, 2, 5]
+    assert c1[-1] == "call.replayed" and c1.count("call.started") == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "ledger: a read of run 'run-a' returned 2 finished call(s) where the ledger holds 3 "
+        "(a damaged index?); read from the whole ledger instead: see agent-adapter ledger "
+        "verify"
+    ]
+
+
 async def test_a_damaged_call_index_never_hides_a_finished_calls_outcome(
     tmp_path: Path,
 ) -> None:
