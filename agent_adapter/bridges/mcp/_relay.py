@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import mcp_types as types
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 __all__ = [
@@ -86,9 +87,14 @@ class Downstream:
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         # The session applies the client's level (logging/setLevel, or the 2026-07-28
         # per-request opt-in) as it would for the gateway's own messages.
-        await self.session.send_log_message(
-            params.level, params.data, params.logger, related_request_id=self.request_id
-        )
+        with warnings.catch_warnings():
+            # (Deprecated from 2026-07-28 on, and what clients of older eras get; the
+            # warning is raised when the coroutine is made, so only that is covered.)
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            sending = self.session.send_log_message(
+                params.level, params.data, params.logger, related_request_id=self.request_id
+            )
+        await sending
 
     async def ask(self, method: str, request: Any, result_type: type[Any]) -> Any:
         """Send the upstream's request to this client; its answer (or error) is kept."""
