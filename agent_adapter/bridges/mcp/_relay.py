@@ -49,6 +49,8 @@ class Downstream:
 
     def __init__(self, ctx: Any) -> None:
         self.session = ctx.session
+        #: the client connection (the SDK makes a session per request, on one connection)
+        self.connection = getattr(ctx.session, "_connection", ctx.session)
         self.request_id = ctx.request_id
         meta = getattr(ctx, "meta", None)
         token = None
@@ -138,9 +140,10 @@ class Relay:
     """Routes one upstream connection's requests and notifications to the waiting client.
 
     Give ``Relay().client_options()`` to the upstream's ``mcp.Client`` and the same relay
-    to ``proxy(..., relay=...)``. An upstream request names no call over stdio, so it goes
-    to the client of the proxied call that started last and is still waiting (with one
-    client, the one whose call it is); with no call waiting, it is refused.
+    to ``proxy(..., relay=...)``. An upstream's request names no call (over stdio there is
+    one stream), so it goes to the client whose proxied calls are waiting: when calls of
+    two connections wait at once it is refused rather than shown to a person who may not
+    be the one asked (and a log line is dropped), and with no call waiting it is refused.
     """
 
     def __init__(self) -> None:
@@ -162,7 +165,12 @@ class Relay:
             self._waiting.remove(downstream)
 
     def _target(self) -> Downstream | None:
-        return self._waiting[-1] if self._waiting else None
+        if not self._waiting:
+            return None
+        latest = self._waiting[-1]
+        if any(d.connection is not latest.connection for d in self._waiting):
+            return None
+        return latest
 
     async def _relay_request(
         self, capability: str, method: str, request: Any, result_type: type[Any]
@@ -170,7 +178,8 @@ class Relay:
         target = self._target()
         if target is None:
             return types.ErrorData(
-                code=types.INVALID_REQUEST, message=f"{method}: no client call is waiting"
+                code=types.INVALID_REQUEST,
+                message=f"{method}: no one client's call is waiting on this upstream",
             )
         if not target.declared(capability):
             target.exchanges.append(
@@ -201,5 +210,5 @@ class Relay:
     async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
         target = self._target()
         if target is None:
-            return  # no client is waiting on this upstream: nobody to tell
+            return  # no one client is waiting on this upstream: nobody to tell
         await target.log(params)

@@ -84,7 +84,11 @@ def exported_tools(registry: Registry) -> list[types.Tool]:
 def _listed(spec: ToolSpec) -> types.Tool:
     upstream = upstream_tool(spec)
     if upstream is not None:
-        return upstream.model_copy(update={"name": spec.name})
+        update: dict[str, Any] = {"name": spec.name}
+        if spec.readonly:  # the operator's policy says so
+            hints = upstream.annotations or types.ToolAnnotations()
+            update["annotations"] = hints.model_copy(update={"read_only_hint": True})
+        return upstream.model_copy(update=update)
     return types.Tool(
         name=spec.name,
         description=spec.description or None,

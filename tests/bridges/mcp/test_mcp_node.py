@@ -436,3 +436,37 @@ def test_without_node_the_tests_skip_and_fail_when_required(tmp_path: Path) -> N
         results[required] = (done.returncode, done.stdout)
     assert results[""][0] == 0 and "1 skipped" in results[""][1]
     assert results["1"][0] == 1 and f"{REQUIRE_ENV}=1 but Node is unavailable" in results["1"][1]
+
+
+async def test_a_question_is_never_shown_to_another_connections_person(
+    node: Path, tmp_path: Path
+) -> None:
+    """Calls of two clients wait on one upstream: its next question is refused, not guessed."""
+    a_asked, release = asyncio.Event(), asyncio.Event()
+    b_asked: list[str] = []
+
+    async def elicit_a(ctx: Any, params: Any) -> types.ElicitResult:
+        a_asked.set()
+        await release.wait()
+        return types.ElicitResult(action="accept", content={"response": "a"})
+
+    async def elicit_b(ctx: Any, params: Any) -> types.ElicitResult:
+        b_asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"response": "b"})
+
+    async with ts_gateway(tmp_path) as (server, _, log):
+        async with (
+            Client(server, mode="legacy", elicitation_callback=elicit_a) as a,
+            Client(server, mode="legacy", elicitation_callback=elicit_b) as b,
+        ):
+            first = asyncio.ensure_future(a.call_tool("test_elicitation", {"message": "A?"}))
+            await a_asked.wait()
+            second = await b.call_tool("test_elicitation", {"message": "B?"})
+            release.set()
+            answered = await first
+    assert b_asked == []
+    assert ours(second.meta) == {META_KIND: "tool-failed"}
+    assert answered.content[0].text == (  # type: ignore[union-attr]
+        'User response: action=accept, content={"response":"a"}'
+    )
+    assert log.read_text().splitlines() == ["test_elicitation", "test_elicitation"]

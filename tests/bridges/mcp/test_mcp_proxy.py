@@ -298,3 +298,18 @@ async def test_unknown_tool_from_an_upstream_that_lists_no_such_tool_did_not_run
     assert upstream.listed == 2  # at registration, and once more to check
     assert executor.ambiguous_effects() == {}
     await checked_audit(executor.ledger)
+
+
+async def test_a_proxied_tool_is_listed_as_the_upstream_listed_it(tmp_path: Path) -> None:
+    """Title, schemas, annotations and _meta as sent; the policy's readonly adds its hint."""
+    async with gateway(tmp_path, {"charge": {"readonly": True}}, prefix="") as (server, _, log):
+        async with Client(upstream_params(log)) as direct:
+            sent = {t.name: t for t in (await direct.list_tools()).tools}
+        async with Client(server, mode="legacy") as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert listed["search_documents"] == sent["search_documents"]
+    assert listed["search_documents"].output_schema is not None  # MCPServer sends one
+    assert sent["charge"].annotations is None
+    assert listed["charge"] == sent["charge"].model_copy(
+        update={"annotations": types.ToolAnnotations(read_only_hint=True)}
+    )
