@@ -28,7 +28,7 @@ from ...engine import Registry, ToolSpec, current_call
 from ...errors import ToolError, ToolTimeout, ToolUsageError
 from ._names import META_CALL_ID, META_RUN_ID
 from ._policy import ToolPolicy, parse_policy
-from ._relay import EXCHANGES_KEY, Relay, current_downstream
+from ._relay import EXCHANGES_KEY, Downstream, Relay, current_downstream
 
 __all__ = ["DEFAULT_TIMEOUT_S", "UpstreamError", "proxied_result", "proxy", "upstream_tool"]
 
@@ -61,6 +61,22 @@ def upstream_tool(spec: ToolSpec) -> types.Tool | None:
         return _LISTED.get(spec.fn)
     except TypeError:  # a body that cannot be weakly referenced is not ours
         return None
+
+
+def _asked(downstream: Downstream | None) -> str:
+    """What the upstream asked the client during this call, in one line; "" for nothing."""
+    if downstream is None or not downstream.exchanges:
+        return ""
+    parts = []
+    for entry in downstream.exchanges:
+        if "answer" in entry:
+            outcome = str(entry["answer"].get("action", "answered"))
+        elif "refused" in entry:
+            outcome = f"refused: {entry['refused']}"
+        else:
+            outcome = f"error {entry.get('error', {}).get('code')}"
+        parts.append(f"{entry['method']} ({outcome})")
+    return "asked mid-call: " + ", ".join(parts)
 
 
 def _value(result: types.CallToolResult, exchanges: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,6 +131,17 @@ def _body(
         return all(t.name != tool for t in listed.tools)
 
     async def call_upstream(**args: Any) -> Any:
+        downstream = current_downstream()
+        try:
+            return await attempt(downstream, args)
+        except (ToolError, ToolTimeout, UpstreamError) as exc:
+            asked = _asked(downstream)
+            if not asked:
+                raise
+            # What was asked mid-call is kept with a failed call too (in its error).
+            raise type(exc)(f"{exc}; {asked}") from None
+
+    async def attempt(downstream: Downstream | None, args: dict[str, Any]) -> Any:
         if link.closed:
             # Seen closed by an earlier call: this one is never sent.
             raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
@@ -122,7 +149,6 @@ def _body(
         meta = (
             {} if call is None else {META_CALL_ID: call.ctx.call_id, META_RUN_ID: call.ctx.run_id}
         )
-        downstream = current_downstream()
         options: dict[str, Any] = {}
         if downstream is not None and downstream.progress_token is not None:
             # The upstream gets a token of the upstream client's; its progress reaches

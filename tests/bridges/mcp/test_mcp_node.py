@@ -210,7 +210,10 @@ async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_ke
             first = await client.call_tool("start_then_elicit", {})
             again = await client.call_tool("start_then_elicit", {})
         assert ours(first.meta) == {META_KIND: "tool-failed"}
-        assert "error -32600" in first.content[0].text  # type: ignore[union-attr]
+        text = first.content[0].text  # type: ignore[union-attr]
+        assert "error -32600" in text
+        # What it asked is recorded with the failed call (and the client saw none of it).
+        assert text.endswith("asked mid-call: elicitation/create (refused: not declared)"), text
         assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
         assert log.read_text().splitlines() == ["start_then_elicit"]
         assert sorted(executor.ambiguous_effects()) == ["go-on"]
