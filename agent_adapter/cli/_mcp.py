@@ -91,7 +91,7 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         from mcp import Client, StdioServerParameters
 
-        from ..bridges.mcp import drain, load_policy, mcp_server, proxy
+        from ..bridges.mcp import Relay, drain, load_policy, mcp_server, proxy
     except ImportError as exc:
         raise CliError(
             f"mcp serve needs the mcp extra ({exc}); install it with: "
@@ -129,11 +129,16 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
                     else args.upstream_url
                 )
                 what = args.upstream or args.upstream_url
+                # The upstream's elicitation, sampling and log messages go to the client
+                # whose call is waiting (refused when that client did not declare them).
+                relay = Relay()
                 try:
-                    upstream = await stack.enter_async_context(Client(target))
+                    upstream = await stack.enter_async_context(
+                        Client(target, **relay.client_options())
+                    )
                 except Exception as exc:
                     raise CliError(f"cannot reach the upstream {what}: {_reason(exc)}") from None
-                await proxy(registry, upstream, prefix=args.prefix, policy=policy)
+                await proxy(registry, upstream, prefix=args.prefix, policy=policy, relay=relay)
             if not _exports(registry):
                 raise CliError("no tools to serve: pass --tools MODULE:ATTR or an upstream")
             # Over stdio the process has exactly one client (the host that started it): its

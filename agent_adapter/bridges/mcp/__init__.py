@@ -11,6 +11,7 @@ extra (``pip install 'agent-adapter[mcp]'``).
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_KIND, META_RUN_ID, NAME
 from ._policy import ToolPolicy, load_policy, parse_policy
 from ._proxy import UpstreamError, proxy
+from ._relay import Relay
 from ._server import drain, exported_tools, mcp_server
 from ._wire import answering, answering_http
 
@@ -20,6 +21,7 @@ __all__ = [
     "META_KIND",
     "META_RUN_ID",
     "NAME",
+    "Relay",
     "ToolPolicy",
     "UpstreamError",
     "answering",

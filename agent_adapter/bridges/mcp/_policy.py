@@ -26,8 +26,9 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     relax an approval); ``effect`` is an effect-key template over the tool's arguments;
     ``cache`` a TTL in seconds; ``timeout`` bounds the upstream's answer (seconds);
     ``not_executed_on_error`` says the upstream's ``isError`` results, timeouts and broken
-    connections prove the tool did nothing (the effect key is freed); ``readonly`` is
-    exported as ``readOnlyHint`` (an upstream's own hint is never passed on).
+    connections prove the tool did nothing (the effect key is freed); ``readonly`` adds
+    ``readOnlyHint`` to the tool's listing (otherwise listed as the upstream listed it;
+    a hint to clients, it grants nothing).
     """
 
     confirm: bool | None = None

@@ -1,15 +1,22 @@
 """``proxy``: every tool of an upstream MCP server, registered as a schema tool.
 
-What an upstream answer proves decides the effect key. Never sent, or refused with a
-JSON-RPC error before dispatch: the tool did nothing (``ToolError``, the key is freed).
-An ``isError`` result, a timeout, a dropped connection or an answer that cannot be read:
-the tool may have run (the key becomes ambiguous), unless the operator's policy declares
-``not_executed_on_error``.
+What an upstream answer proves decides the effect key. Never sent (refused by our own
+checks, or the connection seen closed before): the tool did nothing (``ToolError``, the
+key is freed). Once the request was written, any error (a JSON-RPC error of any code, an
+``isError`` result, a timeout, a dropped connection, an answer that cannot be read) says
+nothing about what the tool did: the key becomes ambiguous, unless the operator's policy
+declares ``not_executed_on_error``. The one exception is "unknown tool" from an upstream
+that, asked again, lists no such tool: that tool cannot have run.
+
+The proxy is transparent for what it does not decide: the upstream's result is the
+call's value as the upstream sent it (content blocks, ``structuredContent``, ``_meta``),
+recorded so, and a replay returns the same blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,14 +28,10 @@ from ...engine import Registry, ToolSpec, current_call
 from ...errors import ToolError, ToolTimeout, ToolUsageError
 from ._names import META_CALL_ID, META_RUN_ID
 from ._policy import ToolPolicy, parse_policy
+from ._relay import EXCHANGES_KEY, Downstream, Relay, current_downstream
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PRE_DISPATCH_CODES", "UpstreamError", "proxy"]
+__all__ = ["DEFAULT_TIMEOUT_S", "UpstreamError", "proxied_result", "proxy", "upstream_tool"]
 
-#: JSON-RPC errors a server sends before it dispatches the call (parse error, invalid
-#: request, unknown method, invalid params): proof that the tool did not run.
-PRE_DISPATCH_CODES = frozenset(
-    {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
-)
 #: How long a proxied call waits for the upstream when the policy sets no ``timeout``:
 #: an upstream that hangs must not hold the call (and its effect key) forever.
 DEFAULT_TIMEOUT_S = 60.0
@@ -47,16 +50,57 @@ def _error_text(result: types.CallToolResult) -> str:
     return " ".join(texts)[:500] or "no message"
 
 
-def _value(result: types.CallToolResult) -> Any:
-    """The tool's value: its structured content, else its content blocks as JSON."""
-    if result.structured_content is not None:
-        return result.structured_content
-    return {
-        "content": [
-            block.model_dump(mode="json", by_alias=True, exclude_none=True)
-            for block in result.content
-        ]
-    }
+#: Each proxied tool's body -> the upstream's own ``tools/list`` entry (the gateway
+#: lists it as the upstream did, under the exported name).
+_LISTED: weakref.WeakKeyDictionary[Callable[..., Any], types.Tool] = weakref.WeakKeyDictionary()
+
+
+def upstream_tool(spec: ToolSpec) -> types.Tool | None:
+    """The upstream's ``tools/list`` entry of a proxied tool; None for any other tool."""
+    try:
+        return _LISTED.get(spec.fn)
+    except TypeError:  # a body that cannot be weakly referenced is not ours
+        return None
+
+
+def _asked(downstream: Downstream | None) -> str:
+    """What the upstream asked the client during this call, in one line; "" for nothing."""
+    if downstream is None or not downstream.exchanges:
+        return ""
+    parts = []
+    for entry in downstream.exchanges:
+        if "answer" in entry:
+            outcome = str(entry["answer"].get("action", "answered"))
+        elif "refused" in entry:
+            outcome = f"refused: {entry['refused']}"
+        else:
+            outcome = f"error {entry.get('error', {}).get('code')}"
+        parts.append(f"{entry['method']} ({outcome})")
+    return "asked mid-call: " + ", ".join(parts)
+
+
+def _value(result: types.CallToolResult, exchanges: list[dict[str, Any]]) -> dict[str, Any]:
+    """The call's value: the upstream's result as it sent it, JSON (isError aside)."""
+    value: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    value.pop("isError", None)
+    if exchanges:
+        value[EXCHANGES_KEY] = exchanges
+    return value
+
+
+def proxied_result(value: Any) -> types.CallToolResult | None:
+    """The ``CallToolResult`` a proxied call's value (live or replayed) stands for.
+
+    None when ``value`` is not one (a value recorded by an older version, which kept only
+    the structured content): the caller answers it as any tool's value.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("content"), list):
+        return None
+    sent = {k: v for k, v in value.items() if k != EXCHANGES_KEY}
+    try:
+        return types.CallToolResult.model_validate(sent)
+    except ValueError:
+        return None
 
 
 class _Link:
@@ -66,7 +110,9 @@ class _Link:
         self.closed = False
 
 
-def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
+def _body(
+    upstream: Any, link: _Link, tool: str, policy: ToolPolicy, relay: Relay | None
+) -> Callable[..., Any]:
     timeout = policy.timeout if policy.timeout is not None else DEFAULT_TIMEOUT_S
     safe = policy.not_executed_on_error
 
@@ -74,7 +120,28 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
         # The upstream may have run it: ambiguous, unless the operator says otherwise.
         return ToolError(message) if safe else UpstreamError(message)
 
+    async def unlisted() -> bool:
+        # "Unknown tool" proves nothing by itself (a tool may start, then fail in a way
+        # that says so); an upstream that, asked now, lists no such tool never ran it.
+        try:
+            async with asyncio.timeout(timeout):
+                listed = await upstream.list_tools()
+        except Exception:
+            return False
+        return all(t.name != tool for t in listed.tools)
+
     async def call_upstream(**args: Any) -> Any:
+        downstream = current_downstream()
+        try:
+            return await attempt(downstream, args)
+        except (ToolError, ToolTimeout, UpstreamError) as exc:
+            asked = _asked(downstream)
+            if not asked:
+                raise
+            # What was asked mid-call is kept with a failed call too (in its error).
+            raise type(exc)(f"{exc}; {asked}") from None
+
+    async def attempt(downstream: Downstream | None, args: dict[str, Any]) -> Any:
         if link.closed:
             # Seen closed by an earlier call: this one is never sent.
             raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
@@ -82,9 +149,16 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
         meta = (
             {} if call is None else {META_CALL_ID: call.ctx.call_id, META_RUN_ID: call.ctx.run_id}
         )
+        options: dict[str, Any] = {}
+        if downstream is not None and downstream.progress_token is not None:
+            # The upstream gets a token of the upstream client's; its progress reaches
+            # the client under the client's own token.
+            options["progress_callback"] = downstream.progress
+        if relay is not None and downstream is not None:
+            relay.enter(downstream)
         try:
             async with asyncio.timeout(timeout):
-                result = await upstream.call_tool(tool, args, meta=meta)
+                result = await upstream.call_tool(tool, args, meta=meta, **options)
         except TimeoutError:
             if safe:
                 raise ToolError(f"upstream {tool} did not answer within {timeout:g} s") from None
@@ -94,8 +168,11 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 link.closed = True  # this call may have reached it; the next ones cannot
-            elif exc.error.code in PRE_DISPATCH_CODES:
-                raise ToolError(f"upstream {tool} refused the call: {exc}") from None
+            elif await unlisted():
+                raise ToolError(
+                    f"upstream {tool} is not a tool of the upstream (it answered: {exc}); "
+                    "it did not run"
+                ) from None
             raise unknown(f"upstream {tool}: error {exc.error.code}: {exc}") from None
         except anyio.ClosedResourceError:
             # Our side of the connection was already closed: nothing was sent.
@@ -104,11 +181,14 @@ def _body(upstream: Any, link: _Link, tool: str, policy: ToolPolicy) -> Callable
             ) from None
         except Exception as exc:
             raise unknown(f"upstream {tool}: {type(exc).__name__}: {exc}") from None
+        finally:
+            if relay is not None and downstream is not None:
+                relay.leave(downstream)
         if not isinstance(result, types.CallToolResult):
             raise unknown(f"upstream {tool} answered {type(result).__name__}, not a tool result")
         if result.is_error:
             raise unknown(f"upstream {tool} reported an error: {_error_text(result)}")
-        return _value(result)
+        return _value(result, [] if downstream is None else downstream.exchanges)
 
     call_upstream.__name__ = f"upstream_{tool}"
     return call_upstream
@@ -130,13 +210,17 @@ async def proxy(
     *,
     prefix: str = "",
     policy: Mapping[str, Any] | None = None,
+    relay: Relay | None = None,
 ) -> list[ToolSpec]:
     """Register every tool of ``upstream`` (an entered ``mcp.Client``) in ``registry``.
 
     Each becomes a schema tool named ``prefix + name`` (its own input schema, validated
     by the gateway before anything is sent) whose body calls the upstream. ``policy``
     maps upstream tool names (before ``prefix``) to a ``ToolPolicy`` or a mapping of its
-    fields. Returns the new specs. Raises ToolUsageError, before registering anything,
+    fields. ``relay`` (the one whose ``client_options()`` the upstream's ``Client`` was
+    built with) carries the upstream's elicitation, sampling and log messages to the
+    client whose call is waiting; progress is relayed with or without it. Returns the
+    new specs. Raises ToolUsageError, before registering anything,
     when a name collides with a registry tool (naming both), when the policy names a
     tool the upstream does not have, or when a policy entry or schema is invalid.
     """
@@ -166,9 +250,8 @@ async def proxy(
             "effect": rule.effect,
             "readonly": rule.readonly,
         }
-        entries.append(
-            (prefix + tool.name, tool.input_schema, _body(upstream, link, tool.name, rule), options)
-        )
+        body = _body(upstream, link, tool.name, rule, relay)
+        entries.append((prefix + tool.name, tool.input_schema, body, options))
     scratch = Registry()
     for name, schema, body, options in entries:
         # Checked in a scratch registry first: one bad schema or policy registers nothing.
@@ -176,7 +259,8 @@ async def proxy(
             scratch.add_schema_tool(name, schema, body, **options)
         except ToolUsageError as exc:
             raise ToolUsageError(f"upstream tool {name!r}: {exc}") from None
-    return [
-        registry.add_schema_tool(name, schema, body, **options)
-        for name, schema, body, options in entries
-    ]
+    specs = []
+    for (name, schema, body, options), tool in zip(entries, tools, strict=True):
+        specs.append(registry.add_schema_tool(name, schema, body, **options))
+        _LISTED[body] = tool
+    return specs

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import time
 import uuid
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +24,7 @@ from mcp.server.request_state import (
     RequestStateSecurity,
     authenticated_principal,
 )
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ...engine import (
@@ -44,6 +46,8 @@ from ._approval import (
     read_state,
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
+from ._proxy import proxied_result, upstream_tool
+from ._relay import downstream_of, serving
 from ._results import refusal, success
 from ._wire import arguments_text
 
@@ -55,28 +59,55 @@ _APPROVAL_KEY = "approval"
 ELICITATION_REVIEWER = "mcp-elicitation"
 
 
+def _package_version() -> str:
+    # serverInfo.version: the installed package's (a client reports it, the conformance
+    # suite's server-info check shows it); a source tree that is not installed says so.
+    try:
+        return importlib.metadata.version("agent-adapter")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def exported_tools(registry: Registry) -> list[types.Tool]:
     """The ``tools/list`` entries: every tool whose ``targets`` include ``"mcp"``.
 
     ``inputSchema`` is the registry's own schema, untouched. Annotations say what the
     spec says: ``destructiveHint`` when the tool needs approval (any ``confirm`` but
     False), ``idempotentHint`` when it has an effect key (a repeat has no second effect),
-    ``readOnlyHint`` only from ``Registry.tool(readonly=True)``, never guessed.
+    ``readOnlyHint`` only from ``Registry.tool(readonly=True)``, never guessed. A proxied
+    tool is listed as its upstream listed it (title, outputSchema, annotations, _meta),
+    under its exported name: the gateway's own rules are enforced, not advertised.
     """
-    return [
-        types.Tool(
-            name=spec.name,
-            description=spec.description or None,
-            input_schema=spec.json_schema,
-            annotations=types.ToolAnnotations(
-                read_only_hint=spec.readonly,
-                destructive_hint=spec.confirm is not False,
-                idempotent_hint=spec.effect is not None,
-            ),
-        )
-        for spec in registry
-        if spec.exported_to(NAME)
-    ]
+    return [_listed(spec) for spec in registry if spec.exported_to(NAME)]
+
+
+def _listed(spec: ToolSpec) -> types.Tool:
+    upstream = upstream_tool(spec)
+    if upstream is not None:
+        update: dict[str, Any] = {"name": spec.name}
+        if spec.readonly:  # the operator's policy says so
+            hints = upstream.annotations or types.ToolAnnotations()
+            update["annotations"] = hints.model_copy(update={"read_only_hint": True})
+        return upstream.model_copy(update=update)
+    return types.Tool(
+        name=spec.name,
+        description=spec.description or None,
+        input_schema=spec.json_schema,
+        annotations=types.ToolAnnotations(
+            read_only_hint=spec.readonly,
+            destructive_hint=spec.confirm is not False,
+            idempotent_hint=spec.effect is not None,
+        ),
+    )
+
+
+def _answer(spec: ToolSpec, value: Any) -> types.CallToolResult:
+    # A proxied call's value is the upstream's result (recorded so, so a replay is too).
+    if upstream_tool(spec) is not None:
+        result = proxied_result(value)
+        if result is not None:
+            return result
+    return success(value)
 
 
 def _meta_of(params: types.CallToolRequestParams) -> Mapping[str, Any]:
@@ -136,6 +167,12 @@ class _Gateway:
     ) -> types.ListToolsResult:
         """Every exported tool, on one page (the list does not vary per connection)."""
         return types.ListToolsResult(tools=exported_tools(self.registry))
+
+    async def set_logging_level(
+        self, ctx: Any, params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """``logging/setLevel``: accepted; the session applies it to what is relayed."""
+        return types.EmptyResult()
 
     def _spec(self, name: str) -> ToolSpec:
         spec = self.registry.get(name) if name in self.registry else None
@@ -203,7 +240,9 @@ class _Gateway:
                 else:
                     decision = await _ask_now(ctx, message, call_digest, reviewer)
         call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
-        task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
+        with serving(downstream_of(ctx)):
+            # (The task copies the context: a proxied body finds its client there.)
+            task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
         self.running.add(task)
         task.add_done_callback(self._done)
         try:
@@ -212,7 +251,7 @@ class _Gateway:
             value = await asyncio.shield(task)
         except AdapterError as exc:
             return refusal(exc)
-        return success(value)
+        return _answer(spec, value)
 
     async def not_an_object(self, ctx: Any, call_next: Any) -> Any:
         """Server middleware: ``tools/call`` arguments that are not an object.
@@ -244,7 +283,7 @@ class _Gateway:
             value = await self.executor.run_spec(spec, raw, call_ctx)
         except AdapterError as exc:
             return refusal(exc)
-        return success(value)  # (a replayed pinned call: the recorded value)
+        return _answer(spec, value)  # (a replayed pinned call: the recorded value)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.running.discard(task)
@@ -359,9 +398,17 @@ def mcp_server(
         state_ttl_s=security.ttl,
         default_run_id=default_run_id,
     )
-    server: Server[Any] = Server(
-        name, on_list_tools=gateway.list_tools, on_call_tool=gateway.call_tool
-    )
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated from 2026-07-28 on, and still what a client of
+        # an older era sends before an upstream's log messages are relayed to it.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            name,
+            version=_package_version(),
+            on_list_tools=gateway.list_tools,
+            on_call_tool=gateway.call_tool,
+            on_set_logging_level=gateway.set_logging_level,
+        )
     # The low-level Server does not seal requestState by itself: without this boundary a
     # client could forge the call id and digest it echoes.
     server.middleware.append(RequestStateBoundary(security, default_audience=name))

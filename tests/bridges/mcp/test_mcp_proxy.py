@@ -71,16 +71,13 @@ async def test_a_proxied_upstream_runs_through_the_executor(tmp_path: Path, mode
         "docs.search_documents",
         "lookup",
     ]
-    # The upstream's readOnlyHint is not passed on (untrusted); its destructiveHint adds
-    # an approval, exported as destructiveHint by the gateway.
-    assert tools["docs.search_documents"].annotations == types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, idempotent_hint=False
-    )
-    assert tools["docs.delete_document"].annotations == types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=False
-    )
+    # Listed as the upstream listed them (its destructiveHint also added an approval).
+    assert tools["docs.search_documents"].annotations == types.ToolAnnotations(read_only_hint=True)
+    assert tools["docs.delete_document"].annotations == types.ToolAnnotations(destructive_hint=True)
+    # Results as the upstream sent them: its structuredContent and its text block.
     assert found.structured_content == {"hits": ["q-1", "q-2"]}
-    assert deleted.structured_content == {"result": "deleted d1"}
+    assert [b.type for b in found.content] == ["text"]
+    assert deleted.content == [types.TextContent(type="text", text="deleted d1")]
     assert ours(refused.meta) == {META_KIND: "approval-denied"}
     assert ours(invalid.meta) == {META_KIND: "tool-args-invalid"}
     assert [a.message for a in answers.asked] == [
@@ -216,13 +213,21 @@ async def test_a_name_collision_is_refused_at_start_naming_both(tmp_path: Path) 
 
 
 class FakeUpstream:
-    """An upstream whose ``call_tool`` raises or returns what the test says (one tool)."""
+    """An upstream whose ``call_tool`` raises or returns what the test says (one tool).
 
-    def __init__(self, answer: Any) -> None:
+    ``vanishes``: after the first listing it lists no tools (a tool it no longer has).
+    """
+
+    def __init__(self, answer: Any, *, vanishes: bool = False) -> None:
         self.answer = answer
+        self.vanishes = vanishes
+        self.listed = 0
         self.calls: list[dict[str, Any]] = []
 
     async def list_tools(self) -> types.ListToolsResult:
+        self.listed += 1
+        if self.vanishes and self.listed > 1:
+            return types.ListToolsResult(tools=[])
         schema = {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}
         return types.ListToolsResult(tools=[types.Tool(name="op", input_schema=schema)])
 
@@ -237,11 +242,13 @@ def rpc(code: int) -> MCPError:
     return MCPError(code=code, message="m")
 
 
+# Once the request was written, no JSON-RPC code proves the tool did not start (an
+# upstream may pass on the -32600 its own elicitation got, after starting the tool).
 CLASSIFIED = {
-    "parse error": (rpc(types.PARSE_ERROR), "tool-error", []),
-    "invalid request": (rpc(types.INVALID_REQUEST), "tool-error", []),
-    "method not found": (rpc(types.METHOD_NOT_FOUND), "tool-error", []),
-    "invalid params": (rpc(types.INVALID_PARAMS), "tool-error", []),
+    "parse error": (rpc(types.PARSE_ERROR), "tool-failed", ["op:x"]),
+    "invalid request": (rpc(types.INVALID_REQUEST), "tool-failed", ["op:x"]),
+    "method not found": (rpc(types.METHOD_NOT_FOUND), "tool-failed", ["op:x"]),
+    "invalid params": (rpc(types.INVALID_PARAMS), "tool-failed", ["op:x"]),
     "internal error": (rpc(types.INTERNAL_ERROR), "tool-failed", ["op:x"]),
     "garbage": (ValueError("not JSON-RPC"), "tool-failed", ["op:x"]),
     "not a result": (types.ListToolsResult(tools=[]), "tool-failed", ["op:x"]),
@@ -255,7 +262,7 @@ CLASSIFIED = {
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIED))
 async def test_what_an_upstream_answer_proves(name: str) -> None:
-    """Pre-dispatch JSON-RPC errors free the key; everything else leaves it ambiguous."""
+    """Every error once the request was written leaves the key ambiguous."""
     answer, kind, ambiguous = CLASSIFIED[name]
     registry = Registry()
     upstream = FakeUpstream(answer)
@@ -275,3 +282,34 @@ async def test_what_an_upstream_answer_proves(name: str) -> None:
 def executor_run(executor: Executor) -> str:
     (run_id,) = {key[0] for key in executor.state.outcomes}
     return run_id
+
+
+async def test_unknown_tool_from_an_upstream_that_lists_no_such_tool_did_not_run() -> None:
+    """The one error that frees the key: "unknown tool", and asked again it lists none."""
+    registry = Registry()
+    upstream = FakeUpstream(
+        MCPError(code=types.INVALID_PARAMS, message="Unknown tool: op"), vanishes=True
+    )
+    await proxy(registry, upstream, policy={"op": {"effect": "op:{k}"}})
+    executor = Executor(registry, ledger=MemoryLedger())
+    async with Client(mcp_server(registry, executor=executor), mode="legacy") as client:
+        result = await client.call_tool("op", {"k": "x"})
+    assert ours(result.meta) == {META_KIND: "tool-error"}
+    assert upstream.listed == 2  # at registration, and once more to check
+    assert executor.ambiguous_effects() == {}
+    await checked_audit(executor.ledger)
+
+
+async def test_a_proxied_tool_is_listed_as_the_upstream_listed_it(tmp_path: Path) -> None:
+    """Title, schemas, annotations and _meta as sent; the policy's readonly adds its hint."""
+    async with gateway(tmp_path, {"charge": {"readonly": True}}, prefix="") as (server, _, log):
+        async with Client(upstream_params(log)) as direct:
+            sent = {t.name: t for t in (await direct.list_tools()).tools}
+        async with Client(server, mode="legacy") as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert listed["search_documents"] == sent["search_documents"]
+    assert listed["search_documents"].output_schema is not None  # MCPServer sends one
+    assert sent["charge"].annotations is None
+    assert listed["charge"] == sent["charge"].model_copy(
+        update={"annotations": types.ToolAnnotations(read_only_hint=True)}
+    )

@@ -42,6 +42,10 @@ UNREADABLE: list[tuple[str, Any, int]] = [
     ('{"jsonrpc":"2.0","method":7}', None, -32600),
     ("[]", None, -32600),
     ("5", None, -32600),
+    # An object that is not JSON-RPC: -32600 (the SDK's HTTP transport said 400, -32602
+    # and a pydantic dump of every branch of its message union).
+    ('{"foo":1}', None, -32600),
+    ('{"jsonrpc":"2.0","id":9}', None, -32600),
 ]
 
 

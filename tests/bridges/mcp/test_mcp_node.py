@@ -1,0 +1,475 @@
+"""The proxy measured against software no one here wrote, all run by Node 22.
+
+The official conformance suite's server scenarios against ``mcp serve --http`` (its own
+tools) and through the proxy in front of an upstream built on the TypeScript SDK
+(``_ts_upstream.cjs``); the reference servers (server-everything, server-filesystem)
+through the proxy over stdio beside the same servers direct. Node and the packages come
+from the npm cache ``make test`` fills (``.cache/npm``, pinned in the Makefile); no test
+fetches anything. Without it these tests skip, and with ``AGENT_ADAPTER_REQUIRE_NODE=1``
+(``.ci/run`` sets it) that skip is a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp_helpers import checked_audit, ours
+from test_mcp_cli import CLI, audit_of, env, start_http
+
+from agent_adapter import Executor, Registry
+from agent_adapter.integrations.mcp import (
+    META_CALL_ID,
+    META_KIND,
+    META_RUN_ID,
+    Relay,
+    mcp_server,
+    proxy,
+)
+from agent_adapter.ledger import SQLiteLedger, replay
+
+pytestmark = pytest.mark.usefixtures("bounded")
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[2]
+NPM = ROOT / ".cache" / "npm"
+MODULES = NPM / "node_modules"
+NODE = MODULES / ".bin" / "node"
+CONFORMANCE = MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+EVERYTHING = MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILESYSTEM = MODULES / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+TS_UPSTREAM = HERE / "_ts_upstream.cjs"
+REQUIRE_ENV = "AGENT_ADAPTER_REQUIRE_NODE"
+
+#: Scenarios for what the gateway does not serve: resources, prompts and completion
+#: (README, "The MCP gateway": not forwarded, and why).
+NOT_SERVED = [
+    "completion-complete",
+    "resources-list",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
+    "resources-subscribe",
+    "resources-unsubscribe",
+    "prompts-list",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
+]
+#: What only an upstream sends (a registry tool returns a value, not content blocks or
+#: requests mid-call): run through the proxy, not against the gateway's own tools.
+UPSTREAM_ONLY = [
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-with-logging",
+    "tools-call-with-progress",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+]
+
+
+def _node() -> Path:
+    """Node 22 from the npm cache, or a skip (a failure when Node is required) saying why."""
+    reason = None
+    if not NODE.exists() or not CONFORMANCE.exists():
+        reason = f"{NPM} has no Node 22 and npm packages (run `make test`, which installs them)"
+    else:
+        version = subprocess.run(
+            [str(NODE), "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout.strip()
+        if not version.startswith("v22."):
+            reason = f"{NODE} is {version or 'not runnable'}, not Node 22"
+    if reason is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but Node is unavailable: {reason}", pytrace=False)
+        pytest.skip(f"Node is unavailable: {reason}")
+    return NODE
+
+
+@pytest.fixture
+def node() -> Path:
+    return _node()
+
+
+async def conformance(url: str, cwd: Path, *, expected: list[str], scenario: str = "") -> str:
+    """Run the suite's server scenarios (the active suite, or one) against ``url``.
+
+    ``expected`` is the baseline of scenarios that must fail: the run passes only when
+    exactly those fail (one that passes while listed fails the run too).
+    """
+    baseline = cwd / "baseline.yml"
+    baseline.write_text("server:\n" + "".join(f"  - {name}\n" for name in expected))
+    args = [str(NODE), str(CONFORMANCE), "server", "--url", url]
+    args += ["--scenario", scenario] if scenario else ["--expected-failures", str(baseline)]
+    proc = await asyncio.create_subprocess_exec(
+        *args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    async with asyncio.timeout(180):
+        out, _ = await proc.communicate()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    return text
+
+
+def summary(text: str) -> list[str]:
+    """The run's summary lines (``✓ name: n passed, m failed``)."""
+    return [line for line in text.split("=== SUMMARY ===", 1)[-1].splitlines() if ": " in line]
+
+
+async def test_conformance_of_the_gateways_own_tools(node: Path, tmp_path: Path) -> None:
+    """`mcp serve --http` with a registry: every scenario it offers passes."""
+    proc, url = await start_http(
+        "--db", str(tmp_path / "ledger.db"), "--tools", "_conformance_tools:registry",
+        log=tmp_path / "ran.log",
+    )  # fmt: skip
+    try:
+        text = await conformance(url, tmp_path, expected=NOT_SERVED + UPSTREAM_ONLY)
+        schema = await conformance(url, tmp_path, expected=[], scenario="json-schema-2020-12")
+    finally:
+        proc.terminate()
+        await proc.wait()
+    passed = [line.split()[1].rstrip(":") for line in summary(text) if line.startswith("✓")]
+    assert passed == [
+        "server-initialize",
+        "logging-set-level",
+        "ping",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-error",
+        "server-sse-multiple-streams",
+        "dns-rebinding-protection",
+    ]
+    assert "Passed: 4/4, 0 failed" in schema
+
+
+async def test_conformance_through_the_proxy(node: Path, tmp_path: Path) -> None:
+    """The proxy in front of a TS-SDK upstream: every tool scenario passes through it."""
+    db, upstream_log = tmp_path / "ledger.db", tmp_path / "upstream.log"
+    proc, url = await start_http(
+        "--db", str(db), "--upstream", f"{node} {TS_UPSTREAM} {upstream_log}",
+        log=tmp_path / "ran.log",
+    )  # fmt: skip
+    try:
+        text = await conformance(url, tmp_path, expected=NOT_SERVED)
+        schema = await conformance(url, tmp_path, expected=[], scenario="json-schema-2020-12")
+    finally:
+        proc.terminate()
+        await proc.wait()
+    passed = {line.split()[1].rstrip(":") for line in summary(text) if line.startswith("✓")}
+    assert set(UPSTREAM_ONLY) <= passed
+    assert {"tools-list", "tools-call-simple-text", "tools-call-error", "ping"} <= passed
+    assert "Passed: 4/4, 0 failed" in schema
+    # Every call is in the ledger, which reads back whole; the image as an image.
+    events, audit = await audit_of(db)
+    assert audit.problems() == []
+    (image,) = [e for e in events if e.type == "call.succeeded" and e.tool == "test_image_content"]
+    assert [block["type"] for block in image.result["content"]] == ["image"]
+
+
+@contextlib.asynccontextmanager
+async def ts_gateway(
+    tmp_path: Path, policy: dict[str, Any] | None = None, db: Path | None = None
+) -> AsyncIterator[tuple[Any, Executor, Path]]:
+    """The TS upstream behind an in-process gateway (a SQLite ledger at ``db``)."""
+    log = tmp_path / "upstream.log"
+    relay = Relay()
+    params = StdioServerParameters(command=str(NODE), args=[str(TS_UPSTREAM), str(log)])
+    registry = Registry()
+    ledger = SQLiteLedger(str(db or tmp_path / "ledger.db"))
+    async with Client(params, **relay.client_options()) as upstream:
+        await proxy(registry, upstream, policy=policy, relay=relay)
+        executor = await Executor.open(registry, ledger=ledger)
+        try:
+            yield mcp_server(registry, executor=executor), executor, log
+        finally:
+            await executor.close()
+            await ledger.close()
+
+
+async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_key_ambiguous(
+    node: Path, tmp_path: Path
+) -> None:
+    """The issue's case: the tool started, elicited, got -32600 and returned it."""
+    policy = {"start_then_elicit": {"effect": "go-on"}}
+    async with ts_gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:  # declares no elicitation
+            first = await client.call_tool("start_then_elicit", {})
+            again = await client.call_tool("start_then_elicit", {})
+        assert ours(first.meta) == {META_KIND: "tool-failed"}
+        text = first.content[0].text  # type: ignore[union-attr]
+        assert "error -32600" in text
+        # What it asked is recorded with the failed call (and the client saw none of it).
+        assert text.endswith("asked mid-call: elicitation/create (refused: not declared)"), text
+        assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
+        assert log.read_text().splitlines() == ["start_then_elicit"]
+        assert sorted(executor.ambiguous_effects()) == ["go-on"]
+        events = [e async for e in executor.ledger.read()]
+        audit = replay(events, await executor.ledger.verify())
+    assert [(p.kind, p.key) for p in audit.problems()] == [("ambiguous", "go-on")]
+
+
+def pinned(name: str) -> dict[str, str]:
+    return {META_RUN_ID: "run-1", META_CALL_ID: f"call-{name}"}
+
+
+async def test_results_and_listings_pass_through_and_replay_the_same(
+    node: Path, tmp_path: Path
+) -> None:
+    """Blocks, structuredContent, _meta, title, outputSchema, annotations: as sent."""
+    params = StdioServerParameters(
+        command=str(NODE), args=[str(TS_UPSTREAM), str(tmp_path / "direct.log")]
+    )
+    names = ["structured_report", "test_multiple_content_types", "test_audio_content"]
+    async with Client(params) as direct:
+        listed = {t.name: t for t in (await direct.list_tools()).tools}
+        sent = {name: await direct.call_tool(name, {}) for name in names}
+    db = tmp_path / "ledger.db"
+    async with ts_gateway(tmp_path, db=db) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            through = {t.name: t for t in (await client.list_tools()).tools}
+            got = {name: await client.call_tool(name, {}, meta=pinned(name)) for name in names}
+    assert through == listed
+    assert listed["structured_report"].title == "Structured report"
+    assert listed["structured_report"].output_schema is not None
+    for name in names:
+        assert got[name].model_dump() == sent[name].model_dump(), name
+    assert [b.type for b in got["test_multiple_content_types"].content] == [
+        "text",
+        "image",
+        "resource",
+    ]
+    # A later process: the same call ids are answered from the ledger, the same blocks.
+    async with ts_gateway(tmp_path, db=db) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            replayed = {name: await client.call_tool(name, {}, meta=pinned(name)) for name in names}
+        await checked_audit(executor.ledger)
+    assert {n: r.model_dump() for n, r in replayed.items()} == {
+        n: r.model_dump() for n, r in sent.items()
+    }
+    assert log.read_text().splitlines() == names  # ran once each, in the first process
+
+
+async def test_progress_logging_elicitation_and_sampling_are_relayed_and_recorded(
+    node: Path, tmp_path: Path
+) -> None:
+    """The client's token, the upstream's log lines, its questions and their answers."""
+    asked: list[Any] = []
+    logged: list[Any] = []
+    progress: list[float] = []
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"response": "yes"})
+
+    async def sample(ctx: Any, params: Any) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="ok"), model="m"
+        )
+
+    async def log_line(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with ts_gateway(tmp_path) as (server, executor, _):
+        async with Client(
+            server,
+            mode="legacy",
+            elicitation_callback=elicit,
+            sampling_callback=sample,
+            logging_callback=log_line,
+        ) as client:
+            stepped = await client.call_tool(
+                "test_tool_with_progress", {}, progress_callback=on_progress
+            )
+            await client.call_tool("test_tool_with_logging", {})
+            elicited = await client.call_tool("test_elicitation", {"message": "Proceed?"})
+            sampled = await client.call_tool("test_sampling", {"prompt": "Say ok"})
+        events = [e async for e in executor.ledger.read()]
+    assert progress == [0, 50, 100]
+    assert stepped.content[0].text != "None"  # type: ignore[union-attr]  # a token was sent
+    assert logged == ["Tool execution started", "Tool processing data", "Tool execution completed"]
+    assert asked == ["Proceed?", "Say ok"]
+    assert elicited.content[0].text == (  # type: ignore[union-attr]
+        'User response: action=accept, content={"response":"yes"}'
+    )
+    assert sampled.content[0].text == "LLM response: ok"  # type: ignore[union-attr]
+    (recorded,) = [e for e in events if e.type == "call.succeeded" and e.tool == "test_elicitation"]
+    (exchange,) = recorded.result["io.agent-adapter/exchanges"]
+    assert exchange["method"] == "elicitation/create"
+    assert exchange["params"]["message"] == "Proceed?"
+    assert exchange["answer"] == {"action": "accept", "content": {"response": "yes"}}
+
+
+@contextlib.asynccontextmanager
+async def both(
+    tmp_path: Path, argv: list[str], **callbacks: Any
+) -> AsyncIterator[tuple[Client, Client]]:
+    """The same client options on the server direct and through `mcp serve` over stdio."""
+    direct = StdioServerParameters(command=argv[0], args=argv[1:])
+    gateway = StdioServerParameters(
+        command=CLI[0],
+        args=[*CLI[1:], "mcp", "serve", "--db", str(tmp_path / "ledger.db"), "--upstream",
+              " ".join(argv)],
+        env=env(tmp_path / "ran.log"),
+        cwd=HERE,
+    )  # fmt: skip
+    async with (
+        Client(direct, mode="legacy", **callbacks) as a,
+        Client(gateway, mode="legacy", **callbacks) as b,
+    ):
+        yield a, b
+
+
+def listing(tools: list[types.Tool]) -> list[dict[str, Any]]:
+    return [t.model_dump(exclude={"execution"}) for t in tools]
+
+
+async def test_server_everything_behaves_through_the_proxy_as_direct(
+    node: Path, tmp_path: Path
+) -> None:
+    """Listing, content types, a tiny image, progress and elicitation: the same."""
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def sample(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="ok"), model="m"
+        )
+
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("echo", {"message": "hi"}),
+        ("get-tiny-image", {}),
+        ("get-annotated-message", {"messageType": "success", "includeImage": True}),
+        ("get-resource-links", {"count": 2}),
+        ("get-structured-content", {"location": "New York"}),
+        ("trigger-elicitation-request", {}),
+        ("trigger-sampling-request", {"prompt": "Say ok", "maxTokens": 5}),
+    ]
+    seen: dict[str, list[float]] = {"direct": [], "proxied": []}
+    # Both capabilities declared: the gateway declares them to its upstream whatever its
+    # client declares (it connects first), and server-everything lists a tool that needs
+    # sampling only to a client that declared it.
+    argv = [str(node), str(EVERYTHING), "stdio"]
+    callbacks = {"elicitation_callback": elicit, "sampling_callback": sample}
+    async with both(tmp_path, argv, **callbacks) as (direct, proxied):
+        assert listing((await proxied.list_tools()).tools) == listing(
+            (await direct.list_tools()).tools
+        )
+        for name, args in calls:
+            a = await direct.call_tool(name, args)
+            b = await proxied.call_tool(name, args)
+            assert b.model_dump() == a.model_dump(), name
+        for side, client in (("direct", direct), ("proxied", proxied)):
+
+            async def seen_progress(
+                p: float, t: float | None, m: str | None, s: str = side
+            ) -> None:
+                seen[s].append(p)
+
+            await client.call_tool(
+                "trigger-long-running-operation",
+                {"duration": 0.3, "steps": 3},
+                progress_callback=seen_progress,
+            )
+        tiny = await proxied.call_tool("get-tiny-image", {})
+    assert [b.type for b in tiny.content] == ["text", "image", "text"]
+    assert seen["proxied"] == seen["direct"] == [1, 2, 3]
+
+
+async def test_server_filesystem_behaves_through_the_proxy_as_direct(
+    node: Path, tmp_path: Path
+) -> None:
+    """Listing, a read and a directory listing: the same."""
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha\n")
+    async with both(tmp_path, [str(node), str(FILESYSTEM), str(root)]) as (direct, proxied):
+        assert listing((await proxied.list_tools()).tools) == listing(
+            (await direct.list_tools()).tools
+        )
+        for name, args in [
+            ("read_text_file", {"path": str(root / "a.txt")}),
+            ("list_directory", {"path": str(root)}),
+        ]:
+            a = await direct.call_tool(name, args)
+            b = await proxied.call_tool(name, args)
+            assert b.model_dump() == a.model_dump(), name
+            assert not b.is_error
+
+
+def test_without_node_the_tests_skip_and_fail_when_required(tmp_path: Path) -> None:
+    """The required-skip rule: the same check skips, or fails under REQUIRE_NODE=1."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import test_mcp_node as t\n"
+        "t.NODE = t.NPM / 'missing-node'\n"
+        "def test_probe():\n"
+        "    t._node()\n"
+    )
+    results = {}
+    for required in ("", "1"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=HERE,
+            env={**os.environ, REQUIRE_ENV: required, "PYTHONPATH": os.pathsep.join(
+                [str(HERE), os.environ.get("PYTHONPATH", "")])},
+        )  # fmt: skip
+        results[required] = (done.returncode, done.stdout)
+    assert results[""][0] == 0 and "1 skipped" in results[""][1]
+    assert results["1"][0] == 1 and f"{REQUIRE_ENV}=1 but Node is unavailable" in results["1"][1]
+
+
+async def test_a_question_is_never_shown_to_another_connections_person(
+    node: Path, tmp_path: Path
+) -> None:
+    """Calls of two clients wait on one upstream: its next question is refused, not guessed."""
+    a_asked, release = asyncio.Event(), asyncio.Event()
+    b_asked: list[str] = []
+
+    async def elicit_a(ctx: Any, params: Any) -> types.ElicitResult:
+        a_asked.set()
+        await release.wait()
+        return types.ElicitResult(action="accept", content={"response": "a"})
+
+    async def elicit_b(ctx: Any, params: Any) -> types.ElicitResult:
+        b_asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"response": "b"})
+
+    async with ts_gateway(tmp_path) as (server, _, log):
+        async with (
+            Client(server, mode="legacy", elicitation_callback=elicit_a) as a,
+            Client(server, mode="legacy", elicitation_callback=elicit_b) as b,
+        ):
+            first = asyncio.ensure_future(a.call_tool("test_elicitation", {"message": "A?"}))
+            await a_asked.wait()
+            second = await b.call_tool("test_elicitation", {"message": "B?"})
+            release.set()
+            answered = await first
+    assert b_asked == []
+    assert ours(second.meta) == {META_KIND: "tool-failed"}
+    assert answered.content[0].text == (  # type: ignore[union-attr]
+        'User response: action=accept, content={"response":"a"}'
+    )
+    assert log.read_text().splitlines() == ["test_elicitation", "test_elicitation"]
