@@ -11,15 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from temporal_support import require, start_dev_server
+from temporal_support import dev_server
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal_env() -> AsyncIterator[Any]:
     """A ``WorkflowEnvironment`` on the offline dev server, started once per session."""
-    env, watchdog = await start_dev_server(require())
-    try:
+    async with dev_server() as env:
         yield env
-    finally:
-        await env.shutdown()
-        watchdog.close()

@@ -11,6 +11,8 @@ import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +67,15 @@ async def start_dev_server(path: str) -> tuple[Any, Watchdog]:
     )
     started = [pid for pid in children(os.getpid(), marker) if pid not in before]
     return env, Watchdog(kill=started)
+
+
+@asynccontextmanager
+async def dev_server() -> AsyncIterator[Any]:
+    """A ``WorkflowEnvironment`` on the offline dev server (``require()``'s CLI), shut
+    down on exit with its watchdog: the session fixture of both Temporal test folders."""
+    env, watchdog = await start_dev_server(require())
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+        watchdog.close()

@@ -59,11 +59,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal_env() -> AsyncIterator[Any]:
     """A ``WorkflowEnvironment`` on the offline dev server, started once per session."""
-    from temporal_support import require, start_dev_server
+    from temporal_support import dev_server
 
-    env, watchdog = await start_dev_server(require())
-    try:
+    async with dev_server() as env:
         yield env
-    finally:
-        await env.shutdown()
-        watchdog.close()
