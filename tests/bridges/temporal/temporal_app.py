@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -85,16 +85,17 @@ async def running_worker(
     *,
     hooks: tuple[Any, ...] = (),
     cached_workflows: int = 1000,
+    workflow: type[Any] = AgentRun,
+    registry: Callable[[Path], Registry] = build_registry,
 ) -> AsyncIterator[Executor]:
-    """A worker for ``AgentRun`` whose activities run on an executor opened on ``ledger``."""
-    executor = await Executor.open(
-        build_registry(effects), ledger=SQLiteLedger(str(ledger)), hooks=hooks
-    )
+    """A worker for ``workflow`` (``AgentRun``) whose activities run on an executor opened
+    on ``ledger`` with ``registry(effects)`` (``build_registry``)."""
+    executor = await Executor.open(registry(effects), ledger=SQLiteLedger(str(ledger)), hooks=hooks)
     try:
         worker = Worker(
             client,
             task_queue=task_queue,
-            workflows=[AgentRun],
+            workflows=[workflow],
             activities=ToolActivities(executor).activities,
             max_cached_workflows=cached_workflows,
         )

@@ -14,13 +14,12 @@ from typing import Any
 
 from agents_tools import shop_registry
 from agents_workflows import ShopAgent
+from temporal_app import running_worker
 from temporalio.client import Client, WorkflowHistory
 from temporalio.openai_agents import OpenAIAgentsPlugin
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from agent_adapter import Executor
-from agent_adapter.integrations.temporal import ToolActivities
-from agent_adapter.ledger import SQLiteLedger
 from agent_adapter.testing.temporal_openai_agents import agent_client
 
 #: The model activity the plugin schedules for each model call.
@@ -39,21 +38,17 @@ async def running_agent_worker(
 ) -> AsyncIterator[Executor]:
     """A worker for ``ShopAgent`` (the plugin on its client) whose tool activities run on
     an executor opened on ``ledger``."""
-    executor = await Executor.open(
-        shop_registry(effects), ledger=SQLiteLedger(str(ledger)), hooks=hooks
-    )
-    try:
-        worker = Worker(
-            agent_client(client),
-            task_queue=task_queue,
-            workflows=[ShopAgent],
-            activities=ToolActivities(executor).activities,
-            max_cached_workflows=cached_workflows,
-        )
-        async with worker:
-            yield executor
-    finally:
-        await executor.close()
+    async with running_worker(
+        agent_client(client),
+        task_queue,
+        ledger,
+        effects,
+        hooks=hooks,
+        cached_workflows=cached_workflows,
+        workflow=ShopAgent,
+        registry=shop_registry,
+    ) as executor:
+        yield executor
 
 
 def scheduled(history: WorkflowHistory, activity: str) -> int:
