@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 from temporal_app import CrashAfterCommit, running_worker
 from temporalio.client import Client
 
 
-async def main(argv: list[str]) -> None:
+async def main(
+    argv: list[str], running: Callable[..., AbstractAsyncContextManager[Any]] = running_worker
+) -> None:
+    """Serve as ``running(...)`` (``running_worker``) sets the worker up, until killed;
+    ``agents_worker.py`` passes its own."""
     address, queue, ledger, effects = argv[:4]
     hooks = (CrashAfterCommit(argv[4], Path(argv[5])),) if len(argv) > 4 else ()
     client = await Client.connect(address)
-    async with running_worker(
-        client, queue, Path(ledger), Path(effects), hooks=hooks, cached_workflows=0
-    ):
+    async with running(client, queue, Path(ledger), Path(effects), hooks=hooks, cached_workflows=0):
         print("ready", flush=True)
         await asyncio.Event().wait()  # until killed
 

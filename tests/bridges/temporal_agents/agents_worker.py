@@ -16,20 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "temporal"))
 
 from agents_app import running_agent_worker
-from temporal_app import CrashAfterCommit
-from temporalio.client import Client
-
-
-async def main(argv: list[str]) -> None:
-    address, queue, ledger, effects = argv[:4]
-    hooks = (CrashAfterCommit(argv[4], Path(argv[5])),) if len(argv) > 4 else ()
-    client = await Client.connect(address)
-    async with running_agent_worker(
-        client, queue, Path(ledger), Path(effects), hooks=hooks, cached_workflows=0
-    ):
-        print("ready", flush=True)
-        await asyncio.Event().wait()  # until killed
-
+from temporal_worker import main
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    asyncio.run(main(sys.argv[1:], running_agent_worker))
