@@ -11,6 +11,7 @@ call left to the executor is made with no gate at all, so the executor's own por
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -29,7 +30,7 @@ from ..integrations.temporal import (
 from . import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
 from ._temporal_workflows import KitCall
 
-__all__ = ["KitCall", "TemporalDriver", "answer_at_gate"]
+__all__ = ["KitCall", "TemporalDriver", "answer_at_gate", "run_attempt"]
 
 
 async def _at_gate(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -99,6 +100,38 @@ async def _outcome(
     return Reply(value=result["value"], asked=asked)
 
 
+async def run_attempt(
+    client: Client,
+    executor: Executor,
+    workflow: type[Any],
+    plan: Any,
+    *,
+    workflow_id: str,
+    queue: str,
+    timeout_s: float,
+    outcome: Callable[[WorkflowHandle[Any, Any]], Awaitable[Reply]],
+) -> Reply:
+    """One attempt of a driver: ``workflow.run(plan)`` as ``workflow_id`` on a worker of
+    its own on ``queue`` (``workflow`` and ``ToolActivities(executor).activities``), and
+    what ``outcome(handle)`` makes of it within ``timeout_s``; past that, the execution is
+    terminated and ``TimeoutError`` raised."""
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[workflow],
+        activities=ToolActivities(executor).activities,
+    )
+    async with worker:
+        handle = await client.start_workflow(workflow.run, plan, id=workflow_id, task_queue=queue)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await outcome(handle)
+        except TimeoutError:
+            # Closed, so that a later attempt may start under the same workflow id.
+            await handle.terminate("the conformance driver stopped waiting")
+            raise
+
+
 class TemporalDriver:
     """Drives the Temporal bridge through a workflow execution per attempt.
 
@@ -142,20 +175,13 @@ class TemporalDriver:
         plan = {"tool": attempt.tool, "args": attempt.args, "call_id": call_id, "gate": gated}
         # A task queue per attempt: only this attempt's worker (and executor) serves it.
         queue = f"agent-adapter-kit-{new_id('queue')}"
-        worker = Worker(
+        return await run_attempt(
             self.client,
-            task_queue=queue,
-            workflows=[KitCall],
-            activities=ToolActivities(executor).activities,
+            executor,
+            KitCall,
+            plan,
+            workflow_id=workflow_id,
+            queue=queue,
+            timeout_s=self.timeout_s,
+            outcome=lambda handle: _outcome(handle, attempt.answer, call_id, gated=gated),
         )
-        async with worker:
-            handle = await self.client.start_workflow(
-                KitCall.run, plan, id=workflow_id, task_queue=queue
-            )
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    return await _outcome(handle, attempt.answer, call_id, gated=gated)
-            except TimeoutError:
-                # Closed, so that a later attempt may start under the same workflow id.
-                await handle.terminate("the conformance driver stopped waiting")
-                raise

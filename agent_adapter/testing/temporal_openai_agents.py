@@ -13,7 +13,6 @@ with a ``PlannedModel``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
@@ -21,19 +20,18 @@ from typing import Any
 
 from agents import Model, ModelResponse, ModelSettings, Usage
 from agents.testing import assistant_message, function_call
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.openai_agents.testing import TestModelProvider
-from temporalio.worker import Worker
 
 from ..bridges.temporal.openai_agents import error_kind
 from ..engine import Executor, new_id
 from ..errors import MODEL_VISIBLE_KINDS
-from ..integrations.temporal import NAME, ToolActivities
+from ..integrations.temporal import NAME
 from ._agent_registries import KIT_REGISTRIES
 from ._kit import Attempt, Channel, Leave, Reply
 from ._temporal_agent_workflows import KitAgent
-from .temporal import answer_at_gate
+from .temporal import answer_at_gate, run_attempt
 
 __all__ = ["KitAgent", "PlannedModel", "TemporalAgentDriver", "agent_client", "planned_prompt"]
 
@@ -152,35 +150,33 @@ class TemporalAgentDriver:
         prompt = planned_prompt([[call]])
         KIT_REGISTRIES[queue] = executor.registry
         try:
-            worker = Worker(
+            return await run_attempt(
                 self.client,
-                task_queue=queue,
-                workflows=[KitAgent],
-                activities=ToolActivities(executor).activities,
+                executor,
+                KitAgent,
+                {"prompt": prompt, "gate": gated},
+                workflow_id=workflow_id,
+                queue=queue,
+                timeout_s=self.timeout_s,
+                outcome=lambda handle: _outcome(handle, attempt.answer, call_id, gated=gated),
             )
-            async with worker:
-                plan = {"prompt": prompt, "gate": gated}
-                handle = await self.client.start_workflow(
-                    KitAgent.run, plan, id=workflow_id, task_queue=queue
-                )
-                try:
-                    async with asyncio.timeout(self.timeout_s):
-                        asked = 0
-                        if gated:
-                            asked = await answer_at_gate(handle, attempt.answer, call_id)
-                        try:
-                            outputs = await handle.result()
-                        except WorkflowFailureError as exc:
-                            kind = error_kind(exc)
-                            if kind is None:
-                                raise
-                            return Reply(kind=kind, channel="host", asked=asked)
-                except TimeoutError:
-                    await handle.terminate("the conformance driver stopped waiting")
-                    raise
         finally:
             KIT_REGISTRIES.pop(queue, None)
-        output = _decoded(outputs[0]) if outputs else None
-        if isinstance(output, dict) and isinstance(output.get("error"), dict):
-            return Reply(kind=output["error"].get("kind"), channel="model", asked=asked)
-        return Reply(value=output, asked=asked)
+
+
+async def _outcome(
+    handle: WorkflowHandle[Any, Any], answer: Any, call_id: str, *, gated: bool
+) -> Reply:
+    """What the agent's workflow gave back; on the way, the gate answered if it asks."""
+    asked = await answer_at_gate(handle, answer, call_id) if gated else 0
+    try:
+        outputs = await handle.result()
+    except WorkflowFailureError as exc:
+        kind = error_kind(exc)
+        if kind is None:
+            raise
+        return Reply(kind=kind, channel="host", asked=asked)
+    output = _decoded(outputs[0]) if outputs else None
+    if isinstance(output, dict) and isinstance(output.get("error"), dict):
+        return Reply(kind=output["error"].get("kind"), channel="model", asked=asked)
+    return Reply(value=output, asked=asked)
