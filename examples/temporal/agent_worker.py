@@ -8,11 +8,9 @@ serves the tool activities. Prints ``agent worker ready`` once it polls.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
-import signal
 from datetime import timedelta
 from typing import Any
 
@@ -23,12 +21,7 @@ from common import connect, exit_now
 from temporalio.client import Client
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.openai_agents.testing import TestModelProvider
-from temporalio.worker import Worker
-from tools import registry
-
-from agent_adapter import Executor
-from agent_adapter.integrations.temporal import ToolActivities
-from agent_adapter.ledger import SQLiteLedger
+from worker import parse, serve
 
 
 def _get(item: Any, name: str) -> Any:
@@ -72,27 +65,10 @@ def plugin() -> OpenAIAgentsPlugin:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="127.0.0.1:7233")
-    parser.add_argument("--ledger", default="ledger.db")
-    parser.add_argument("--task-queue", default="agent-adapter-agent-example")
-    options = parser.parse_args()
+    options = parse(__doc__.splitlines()[0], "agent-adapter-agent-example")
     plain = await connect(options.address, "agent worker")
     client = Client(plain.service_client, namespace=plain.namespace, plugins=[plugin()])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with await Executor.open(registry, ledger=SQLiteLedger(options.ledger)) as executor:
-        worker = Worker(
-            client,
-            task_queue=options.task_queue,
-            workflows=[RefundClerk],
-            activities=ToolActivities(executor).activities,
-        )
-        async with worker:
-            print("agent worker ready", flush=True)
-            await stop.wait()
+    await serve(client, options, RefundClerk, "agent worker ready")
 
 
 if __name__ == "__main__":
