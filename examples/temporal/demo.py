@@ -15,9 +15,10 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from common import exit_now
 
@@ -71,27 +72,53 @@ async def _run(*args: str, env: dict[str, str]) -> str:
     return out.decode().rstrip("\n")
 
 
-async def demo(address: str | None, workdir: Path) -> list[str]:
+#: Starts the workflow (``workflow_id`` on ``queue`` at ``target``) and prints step 3;
+#: returns what waits for its result and prints step 6.
+Start = Callable[[str, str, str, dict[str, str]], Awaitable[Callable[[], Awaitable[None]]]]
+
+
+async def _by_starter(
+    workflow_id: str, target: str, queue: str, env: dict[str, str]
+) -> Callable[[], Awaitable[None]]:
+    """``starter.py --wait`` starts the workflow, then prints its result."""
+    starter = await _start(
+        "starter.py", workflow_id, "--address", target, "--task-queue", queue, "--wait", env=env
+    )
+    print(f"3. {await _line(starter)}: it looks order A1 up, then asks to refund it")
+
+    async def finish() -> None:
+        print(f"6. the workflow's result: {await _line(starter)}")
+        await asyncio.wait_for(starter.wait(), STEP_TIMEOUT_S)
+
+    return finish
+
+
+async def steps(
+    address: str | None,
+    workdir: Path,
+    *,
+    worker_py: str,
+    workflow_id: str,
+    queue: str,
+    start: Start,
+    pending: str,
+) -> list[str]:
     """Run the steps, printing each; returns the ledger's and the refunds' paths, and
-    the ledger's audit as ``agent-adapter ledger audit`` prints it."""
+    the ledger's audit as ``agent-adapter ledger audit`` prints it. (``agent_demo.py``
+    runs its agent through these steps too.)"""
     ledger, refunds = workdir / "ledger.db", workdir / "refunds.log"
     env = {**os.environ, "REFUNDS_FILE": str(refunds), "PYTHONUNBUFFERED": "1"}
-    workflow_id = f"refund-A1-{uuid.uuid4().hex[:8]}"
-    queue = f"agent-adapter-demo-{uuid.uuid4().hex[:8]}"
     async with _server(address) as target:
         print(f"1. Temporal dev server at {target}")
         common = ("--address", target)
         worker = await _start(
-            "worker.py", *common, "--ledger", str(ledger), "--task-queue", queue, env=env
+            worker_py, *common, "--ledger", str(ledger), "--task-queue", queue, env=env
         )
         try:
             print(f"2. {await _line(worker)} (ledger {ledger})")
-            starter = await _start(
-                "starter.py", workflow_id, *common, "--task-queue", queue, "--wait", env=env
-            )
-            print(f"3. {await _line(starter)}: it looks order A1 up, then asks to refund it")
+            finish = await start(workflow_id, target, queue, env)
             shown = await _run("reviewer.py", workflow_id, "list", "--wait", *common, env=env)
-            print(f"4. the reviewer sees the pending call: {shown}")
+            print(f"4. the reviewer sees {pending}: {shown}")
             approved = await _run(
                 "reviewer.py",
                 workflow_id,
@@ -103,8 +130,7 @@ async def demo(address: str | None, workdir: Path) -> list[str]:
                 env=env,
             )
             print(f"5. {approved} (an Update, checked against the digest)")
-            print(f"6. the workflow's result: {await _line(starter)}")
-            await asyncio.wait_for(starter.wait(), STEP_TIMEOUT_S)
+            await finish()
         finally:
             if worker.returncode is None:
                 worker.terminate()
@@ -113,14 +139,29 @@ async def demo(address: str | None, workdir: Path) -> list[str]:
     return [str(ledger), str(refunds), audit]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+async def demo(address: str | None, workdir: Path) -> list[str]:
+    """The steps with ``worker.py`` and ``starter.py``."""
+    return await steps(
+        address,
+        workdir,
+        worker_py="worker.py",
+        workflow_id=f"refund-A1-{uuid.uuid4().hex[:8]}",
+        queue=f"agent-adapter-demo-{uuid.uuid4().hex[:8]}",
+        start=_by_starter,
+        pending="the pending call",
+    )
+
+
+def main(
+    description: str, run: Callable[[str | None, Path], Awaitable[list[str]]], prefix: str
+) -> int:
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--address", help="a running Temporal server (default: start one)")
     parser.add_argument("--dir", help="where the ledger and refunds go (default: a new temp dir)")
     options = parser.parse_args()
-    workdir = Path(options.dir or tempfile.mkdtemp(prefix="agent-adapter-temporal-"))
+    workdir = Path(options.dir or tempfile.mkdtemp(prefix=prefix))
     workdir.mkdir(parents=True, exist_ok=True)
-    ledger, refunds, audit = asyncio.run(demo(options.address, workdir))
+    ledger, refunds, audit = asyncio.run(run(options.address, workdir))
     print(f"7. refunds made: {Path(refunds).read_text().splitlines()}")
     print("8. the ledger's audit:")
     print(audit)
@@ -128,11 +169,18 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
+def command(
+    description: str, run: Callable[[str | None, Path], Awaitable[list[str]]], prefix: str
+) -> NoReturn:
+    """Both demos' ``__main__``: ``main(...)``, then the quick exit."""
     try:
-        code = main()
+        code = main(description, run, prefix)
     except SystemExit as stop:  # a step failed: its message, then the same quick exit
         if isinstance(stop.code, str):
             print(stop.code, file=sys.stderr)
         code = 1 if isinstance(stop.code, str) else int(stop.code or 0)
     exit_now(code)
+
+
+if __name__ == "__main__":
+    command(__doc__.splitlines()[0], demo, "agent-adapter-temporal-")
