@@ -26,12 +26,10 @@ from temporalio.openai_agents.testing import TestModelProvider
 
 from ..bridges.temporal.openai_agents import error_kind
 from ..engine import Executor, new_id
-from ..errors import MODEL_VISIBLE_KINDS
-from ..integrations.temporal import NAME
 from ._agent_registries import KIT_REGISTRIES
-from ._kit import Attempt, Channel, Leave, Reply
+from ._kit import Attempt, Leave, Reply
 from ._temporal_agent_workflows import KitAgent
-from .temporal import answer_at_gate, run_attempt
+from .temporal import TemporalDriver, answer_at_gate, run_attempt
 
 __all__ = ["KitAgent", "PlannedModel", "TemporalAgentDriver", "agent_client", "planned_prompt"]
 
@@ -117,7 +115,7 @@ def _decoded(text: Any) -> Any:
         return text
 
 
-class TemporalAgentDriver:
+class TemporalAgentDriver(TemporalDriver):
     """Drives ``workflow_tools`` through an agent in a workflow, one execution per attempt.
 
     ``client`` is connected to a Temporal server; the driver adds the plugin
@@ -127,18 +125,11 @@ class TemporalAgentDriver:
     (``Leave()``: no gate, the executor's port decides). Model-visible kinds come back as
     the tool's output (channel ``"model"``); the others fail the workflow through the
     plugin's ``AgentsWorkflowError`` (channel ``"host"``, the kind by ``error_kind``).
+    Its name, edits and channels are ``TemporalDriver``'s; only ``call`` differs.
     """
 
-    name = NAME
-    supports_edit = True
-
     def __init__(self, client: Client, *, timeout_s: float = 60.0) -> None:
-        self.client = agent_client(client)
-        self.timeout_s = timeout_s
-
-    def channel(self, kind: str) -> Channel:
-        """Model-visible kinds are the tool's output; the rest fail the workflow."""
-        return "model" if kind in MODEL_VISIBLE_KINDS else "host"
+        super().__init__(agent_client(client), timeout_s=timeout_s)
 
     async def call(self, executor: Executor, attempt: Attempt) -> Reply:
         """One ``KitAgent`` execution; the gate answered as ``attempt.answer`` says."""
