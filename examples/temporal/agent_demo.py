@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from functools import partial
 
 from common import connect
-from demo import STEP_TIMEOUT_S, command, steps
+from demo import STEP_TIMEOUT_S, command, demo
 
 
 async def _by_client(
@@ -37,18 +36,16 @@ async def _by_client(
     return finish
 
 
-async def demo(address: str | None, workdir: Path) -> list[str]:
-    """``demo.py``'s steps with ``agent_worker.py`` and ``RefundClerk``."""
-    return await steps(
-        address,
-        workdir,
-        worker_py="agent_worker.py",
-        workflow_id=f"clerk-A1-{uuid.uuid4().hex[:8]}",
-        queue=f"agent-adapter-agent-demo-{uuid.uuid4().hex[:8]}",
-        start=_by_client,
-        pending="the agent's pending call",
-    )
+#: ``demo.py``'s steps with ``agent_worker.py`` and a client that starts ``RefundClerk``.
+agent_demo = partial(
+    demo,
+    worker_py="agent_worker.py",
+    workflow="clerk-A1",
+    queue_name="agent-adapter-agent-demo",
+    start=_by_client,
+    pending="the agent's pending call",
+)
 
 
 if __name__ == "__main__":
-    command(__doc__.splitlines()[0], demo, "agent-adapter-temporal-agent-")
+    command(__doc__.splitlines()[0], agent_demo, "agent-adapter-temporal-agent-")

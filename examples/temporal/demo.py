@@ -93,21 +93,23 @@ async def _by_starter(
     return finish
 
 
-async def steps(
+async def demo(
     address: str | None,
     workdir: Path,
     *,
-    worker_py: str,
-    workflow_id: str,
-    queue: str,
-    start: Start,
-    pending: str,
+    worker_py: str = "worker.py",
+    workflow: str = "refund-A1",
+    queue_name: str = "agent-adapter-demo",
+    start: Start = _by_starter,
+    pending: str = "the pending call",
 ) -> list[str]:
     """Run the steps, printing each; returns the ledger's and the refunds' paths, and
-    the ledger's audit as ``agent-adapter ledger audit`` prints it. (``agent_demo.py``
-    runs its agent through these steps too.)"""
+    the ledger's audit as ``agent-adapter ledger audit`` prints it. ``agent_demo.py``
+    runs its agent through the same steps, with its own worker, ids and start."""
     ledger, refunds = workdir / "ledger.db", workdir / "refunds.log"
     env = {**os.environ, "REFUNDS_FILE": str(refunds), "PYTHONUNBUFFERED": "1"}
+    workflow_id = f"{workflow}-{uuid.uuid4().hex[:8]}"
+    queue = f"{queue_name}-{uuid.uuid4().hex[:8]}"
     async with _server(address) as target:
         print(f"1. Temporal dev server at {target}")
         common = ("--address", target)
@@ -137,19 +139,6 @@ async def steps(
                 await asyncio.wait_for(worker.wait(), STEP_TIMEOUT_S)
     audit = await _run("-m", "agent_adapter.cli", "ledger", "audit", "--db", str(ledger), env=env)
     return [str(ledger), str(refunds), audit]
-
-
-async def demo(address: str | None, workdir: Path) -> list[str]:
-    """The steps with ``worker.py`` and ``starter.py``."""
-    return await steps(
-        address,
-        workdir,
-        worker_py="worker.py",
-        workflow_id=f"refund-A1-{uuid.uuid4().hex[:8]}",
-        queue=f"agent-adapter-demo-{uuid.uuid4().hex[:8]}",
-        start=_by_starter,
-        pending="the pending call",
-    )
 
 
 def main(
