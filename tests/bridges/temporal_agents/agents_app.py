@@ -7,9 +7,7 @@ plugin on the client and a ``PlannedModel`` behind every model call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from agents_tools import shop_registry
@@ -26,29 +24,14 @@ from agent_adapter.testing.temporal_openai_agents import agent_client
 MODEL_ACTIVITY = "invoke_model_activity"
 
 
-@asynccontextmanager
-async def running_agent_worker(
-    client: Client,
-    task_queue: str,
-    ledger: Path,
-    effects: Path,
-    *,
-    hooks: tuple[Any, ...] = (),
-    cached_workflows: int = 1000,
-) -> AsyncIterator[Executor]:
-    """A worker for ``ShopAgent`` (the plugin on its client) whose tool activities run on
-    an executor opened on ``ledger``."""
-    async with running_worker(
-        agent_client(client),
-        task_queue,
-        ledger,
-        effects,
-        hooks=hooks,
-        cached_workflows=cached_workflows,
-        workflow=ShopAgent,
-        registry=shop_registry,
-    ) as executor:
-        yield executor
+def running_agent_worker(
+    client: Client, *args: Any, **kwargs: Any
+) -> AbstractAsyncContextManager[Executor]:
+    """``running_worker`` (its arguments) for ``ShopAgent`` on ``shop_registry``, with the
+    plugin on ``client``: the tool activities run on an executor opened on ``ledger``."""
+    return running_worker(
+        agent_client(client), *args, workflow=ShopAgent, registry=shop_registry, **kwargs
+    )
 
 
 def scheduled(history: WorkflowHistory, activity: str) -> int:
