@@ -30,7 +30,7 @@ from ..integrations.temporal import (
 from . import Approve, Attempt, Channel, Deny, Edit, Leave, Reply
 from ._temporal_workflows import KitCall
 
-__all__ = ["KitCall", "TemporalDriver", "answer_at_gate", "run_attempt"]
+__all__ = ["KitCall", "TemporalDriver", "answer_at_gate", "run_attempt", "settle"]
 
 
 async def _at_gate(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -83,18 +83,31 @@ async def answer_at_gate(handle: WorkflowHandle[Any, Any], answer: Any, call_id:
     return 1
 
 
-async def _outcome(
-    handle: WorkflowHandle[Any, Any], answer: Any, call_id: str, *, gated: bool
+async def settle(
+    handle: WorkflowHandle[Any, Any],
+    answer: Any,
+    call_id: str,
+    *,
+    gated: bool,
+    kind_of: Callable[[WorkflowFailureError], str | None],
+    reply: Callable[[Any, int], Reply],
 ) -> Reply:
-    """What the workflow gave back; on the way, the gate answered if it asks."""
+    """What the workflow gave back: ``reply(result, asked)``, or the host kind
+    ``kind_of`` finds in its failure (re-raised when none); on the way, the gate answered
+    if it asks (``gated``)."""
     asked = await answer_at_gate(handle, answer, call_id) if gated else 0
     try:
         result = await handle.result()
     except WorkflowFailureError as exc:
-        kind = error_kind(exc.cause)
+        kind = kind_of(exc)
         if kind is None:
             raise
         return Reply(kind=kind, channel="host", asked=asked)
+    return reply(result, asked)
+
+
+def _reply(result: Any, asked: int) -> Reply:
+    """``call_tool``'s ``ToolResult``: its error's kind (channel ``"model"``) or value."""
     if result.get("error") is not None:
         return Reply(kind=result["error"].get("kind"), channel="model", asked=asked)
     return Reply(value=result["value"], asked=asked)
@@ -183,5 +196,12 @@ class TemporalDriver:
             workflow_id=workflow_id,
             queue=queue,
             timeout_s=self.timeout_s,
-            outcome=lambda handle: _outcome(handle, attempt.answer, call_id, gated=gated),
+            outcome=lambda handle: settle(
+                handle,
+                attempt.answer,
+                call_id,
+                gated=gated,
+                kind_of=lambda exc: error_kind(exc.cause),
+                reply=_reply,
+            ),
         )

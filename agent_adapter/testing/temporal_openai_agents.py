@@ -20,7 +20,7 @@ from typing import Any
 
 from agents import Model, ModelResponse, ModelSettings, Usage
 from agents.testing import assistant_message, function_call
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.openai_agents.testing import TestModelProvider
 
@@ -29,7 +29,7 @@ from ..engine import Executor, new_id
 from ._agent_registries import KIT_REGISTRIES
 from ._kit import Attempt, Leave, Reply
 from ._temporal_agent_workflows import KitAgent
-from .temporal import TemporalDriver, answer_at_gate, run_attempt
+from .temporal import TemporalDriver, run_attempt, settle
 
 __all__ = ["KitAgent", "PlannedModel", "TemporalAgentDriver", "agent_client", "planned_prompt"]
 
@@ -149,24 +149,21 @@ class TemporalAgentDriver(TemporalDriver):
                 workflow_id=workflow_id,
                 queue=queue,
                 timeout_s=self.timeout_s,
-                outcome=lambda handle: _outcome(handle, attempt.answer, call_id, gated=gated),
+                outcome=lambda handle: settle(
+                    handle,
+                    attempt.answer,
+                    call_id,
+                    gated=gated,
+                    kind_of=error_kind,
+                    reply=_reply,
+                ),
             )
         finally:
             KIT_REGISTRIES.pop(queue, None)
 
 
-async def _outcome(
-    handle: WorkflowHandle[Any, Any], answer: Any, call_id: str, *, gated: bool
-) -> Reply:
-    """What the agent's workflow gave back; on the way, the gate answered if it asks."""
-    asked = await answer_at_gate(handle, answer, call_id) if gated else 0
-    try:
-        outputs = await handle.result()
-    except WorkflowFailureError as exc:
-        kind = error_kind(exc)
-        if kind is None:
-            raise
-        return Reply(kind=kind, channel="host", asked=asked)
+def _reply(outputs: Any, asked: int) -> Reply:
+    """The agent's outputs: the tool's output, or the error's kind (channel ``"model"``)."""
     output = _decoded(outputs[0]) if outputs else None
     if isinstance(output, dict) and isinstance(output.get("error"), dict):
         return Reply(kind=output["error"].get("kind"), channel="model", asked=asked)
