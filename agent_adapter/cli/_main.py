@@ -676,38 +676,37 @@ _POSITIONAL = frozenset({"request_id", "key"})
 _READ_BY_PYTHON = frozenset({"key_file", "token_file", "policy"})
 
 
-def _count(text: str) -> int:
-    """A number of events for argparse: a whole number, 0 or more, else a usage error."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if count < 0:
-        # Python's slicing would read -3 as "all but the first 3": never what was meant.
-        raise argparse.ArgumentTypeError(f"{count} is negative: give 0 or more")
-    return count
+def _bounded(
+    convert: Callable[[str], Any], not_one: str, fits: Callable[[Any], bool], too: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text (else "'text' is not <not_one>"), then check
+    ``fits`` (else ``too``, formatted with the text and the value): a usage error either way."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {not_one}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(too.format(text=text, value=value))
+        return value
+
+    return parse
 
 
-def _cents(text: str) -> int:
-    """A refund amount for argparse: a whole number of cents, 1 or more, else a usage error."""
-    try:
-        cents = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cents") from None
-    if cents < 1:
-        raise argparse.ArgumentTypeError(f"{cents}: a refund is 1 cent or more")
-    return cents
-
-
-def _seconds(text: str) -> float:
-    """A wait in seconds for argparse: a finite number, 0 or more, else a usage error."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= seconds < math.inf:  # (NaN fails too)
-        raise argparse.ArgumentTypeError(f"{text} is not a wait: give 0 or more seconds")
-    return seconds
+# A number of events: 0 or more (Python's slicing would read -3 as "all but the first 3").
+_count = _bounded(int, "a whole number", lambda n: n >= 0, "{value} is negative: give 0 or more")
+# A refund amount in cents: 1 or more.
+_cents = _bounded(
+    int, "a whole number of cents", lambda c: c >= 1, "{value}: a refund is 1 cent or more"
+)
+# A wait in seconds: finite, 0 or more (NaN fails too).
+_seconds = _bounded(
+    float,
+    "a number of seconds",
+    lambda s: 0 <= s < math.inf,
+    "{text} is not a wait: give 0 or more seconds",
+)
 
 
 def _port(text: str) -> int:
