@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import fnmatch
 import inspect
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,11 +103,7 @@ async def cmd_ledger_tail(args: argparse.Namespace, out: IO[str]) -> int:
 
     ``--duration`` bounds the whole command: no pause outlasts the time left.
     """
-    _check_types(args)
-    if not (0 < args.interval < math.inf):
-        raise CliError(f"--interval {args.interval}: expected a positive number of seconds")
-    if args.duration is not None and not args.duration >= 0:
-        raise CliError(f"--duration {args.duration}: expected zero or more seconds")
+    _check_types(args)  # --interval and --duration are checked by their parser types
     async with open_ledger(args) as ledger:
         events = await _read(ledger, args)
         seen = max((e.seq for e in events), default=0)

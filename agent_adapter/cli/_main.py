@@ -357,13 +357,13 @@ def _ledger_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     tail.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     tail.add_argument(
         "--interval",
-        type=float,
+        type=_interval,
         default=0.25,
         metavar="SECONDS",
         help="how often to look for new events (0.25)",
     )
     tail.add_argument(
-        "--duration", type=float, metavar="SECONDS", help="stop following after this long"
+        "--duration", type=_seconds, metavar="SECONDS", help="stop following after this long"
     )
     tail.set_defaults(handler=cmd_ledger_tail)
     verify = leaf(
@@ -706,6 +706,13 @@ _seconds = _bounded(
     "a number of seconds",
     lambda s: 0 <= s < math.inf,
     "{text} is not a wait: give 0 or more seconds",
+)
+# How often to poll: finite and more than 0 (0 would poll in a busy loop, inf never).
+_interval = _bounded(
+    float,
+    "a number of seconds",
+    lambda s: 0 < s < math.inf,
+    "{text} is not an interval: give a positive number of seconds",
 )
 
 

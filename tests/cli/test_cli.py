@@ -316,28 +316,6 @@ def test_tail_duration_bounds_the_whole_command(built: Built) -> None:
     assert [decode_event(line) for line in done.stdout.splitlines()] == built.events[-1:]
 
 
-@pytest.mark.parametrize(
-    ("option", "value", "message"),
-    [
-        ("--interval", "0", "--interval 0.0: expected a positive number of seconds"),
-        ("--interval", "-1", "--interval -1.0: expected a positive number of seconds"),
-        ("--interval", "nan", "--interval nan: expected a positive number of seconds"),
-        ("--interval", "inf", "--interval inf: expected a positive number of seconds"),
-        ("--duration", "-1", "--duration -1.0: expected zero or more seconds"),
-        ("--duration", "nan", "--duration nan: expected zero or more seconds"),
-    ],
-)
-def test_tail_refuses_an_interval_or_duration_that_cannot_end(
-    built: Built, option: str, value: str, message: str
-) -> None:
-    """A zero interval would poll in a busy loop, an infinite one never, a NaN duration
-    would never run out: one line, exit 1, before the ledger is opened."""
-    before = snapshot(built.path.parent)
-    done = cli("ledger", "tail", "--db", built.db, "--duration", "0", f"{option}={value}")
-    assert_one_line_error(done, message)
-    assert snapshot(built.path.parent) == before
-
-
 def test_tail_follows_a_ledger_another_process_writes(built: Built, clock: Any) -> None:
     """`ledger tail` prints events appended after it started, then stops cleanly on ^C."""
     proc = subprocess.Popen(

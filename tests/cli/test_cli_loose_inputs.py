@@ -66,8 +66,30 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
             ["demo", "--edit-amount", "0"],
             "agent-adapter demo: error: argument --edit-amount: 0: a refund is 1 cent or more",
         ),
+        # A zero interval would poll in a busy loop, an infinite one never, a NaN duration
+        # would never run out.
+        *(
+            (
+                ["ledger", "tail", "--duration", "0", f"--interval={value}"],
+                f"agent-adapter ledger tail: error: argument --interval: {value} is not an "
+                "interval: give a positive number of seconds",
+            )
+            for value in ("0", "-1", "nan", "inf")
+        ),
+        *(
+            (
+                ["ledger", "tail", f"--duration={value}"],
+                f"agent-adapter ledger tail: error: argument --duration: {value} is not a "
+                "wait: give 0 or more seconds",
+            )
+            for value in ("-1", "nan")
+        ),
     ],
-    ids=["tail-n", "lock-timeout-first", "lock-timeout-after", "edit-amount-neg", "edit-amount-0"],
+    ids=[
+        "tail-n", "lock-timeout-first", "lock-timeout-after", "edit-amount-neg", "edit-amount-0",
+        "interval-0", "interval-neg", "interval-nan", "interval-inf", "duration-neg",
+        "duration-nan",
+    ],
 )
 def test_negative_counts_waits_and_amounts_are_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
