@@ -11,6 +11,7 @@ from ._approval import (
 )
 from ._context import Call, CallContext, Outcome, current_call
 from ._digest import canonical, digest
+from ._exchanges import ExchangeRecorder, exchange_recorder, record_exchange
 from ._executor import Executor, get_default_executor
 from ._extensions import (
     AfterTool,
@@ -52,6 +53,7 @@ __all__ = [
     "CatchUp",
     "Decision",
     "DeferredApproval",
+    "ExchangeRecorder",
     "Executor",
     "Followable",
     "Guard",
@@ -77,10 +79,12 @@ __all__ = [
     "current_call",
     "digest",
     "effect_notice",
+    "exchange_recorder",
     "get_default_executor",
     "json_problem",
     "nests_deeper",
     "new_id",
+    "record_exchange",
     "recorded_error",
     "register_target",
     "to_strict_schema",

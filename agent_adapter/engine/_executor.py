@@ -50,6 +50,7 @@ from ._effects import (
     in_flight_effects,
     resolve_effect,
 )
+from ._exchanges import _running
 from ._executing import _execute, _unchanged
 from ._extensions import (
     AppendsNow,
@@ -549,7 +550,7 @@ class Executor:
         if plan is None:
             plan = plan_of(pipe, self._plans, spec)
         clock = pipe.clock
-        run = _Run(spec, ctx, clock())
+        run = _Run(spec, ctx, clock(), pipe)
         # The projection's handlers are called directly for the events this function
         # builds (the type is known here): the same code replay reaches through
         # Projection.apply, without its dispatch per event.
@@ -564,6 +565,8 @@ class Executor:
         state._requested(requested)
         run.buffer.append(requested)
         token = None
+        # The running call, for its body's exchange_recorder() (reset below).
+        running = _running.set(run)
         # Every append of this call (a port's too) is ours: the ledger never hands it
         # back to us, and settles our claims against the other followers'.
         mine = appending.set(pipe.follower)
@@ -619,6 +622,7 @@ class Executor:
             raise
         finally:
             appending.reset(mine)
+            _running.reset(running)
             if token is not None:
                 _current.reset(token)
 

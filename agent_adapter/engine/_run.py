@@ -117,12 +117,22 @@ def _scrub(message: str, run: _Run) -> str:
     value's repr is replaced before its bare str. The result is text every ledger can
     store (``_recordable.text``).
     """
+    return _scrubbed(message, _shown_secrets(run))
+
+
+def _shown_secrets(run: _Run) -> list[str]:
+    """The texts the call's redacted argument values can appear as, longest first."""
     names = run.spec.redact
     call = run.call
     if not names or call is None:
-        return text(message)
+        return []
     found = {t for value in values_at(call.args, names) for t in _secrets(value) if t}
-    for shown in sorted(found, key=len, reverse=True):
+    return sorted(found, key=len, reverse=True)
+
+
+def _scrubbed(message: str, secrets: list[str]) -> str:
+    """``message`` with each of ``secrets`` (longest first) replaced, as storable text."""
+    for shown in secrets:
         message = message.replace(shown, "[redacted]")
     return text(message)
 
@@ -146,14 +156,18 @@ class _Run:
         "ended",
         "exposed",
         "key",
+        "pipe",
         "reached_body",
         "spec",
         "started",
         "t0",
     )
 
-    def __init__(self, spec: ToolSpec, ctx: CallContext, t0: float) -> None:
+    def __init__(self, spec: ToolSpec, ctx: CallContext, t0: float, pipe: Any = None) -> None:
         self.spec = spec
+        #: the executor's Pipeline (what ``call.exchanged`` is appended through); None
+        #: for a run built outside ``run_spec`` (a refusal, a benchmark's copy)
+        self.pipe = pipe
         self.ctx = ctx
         self.key = (ctx.run_id, ctx.call_id)
         self.t0 = t0

@@ -43,6 +43,7 @@ from ._events import (
     ApprovalRejected,
     ApprovalRequested,
     CallCancelled,
+    CallExchanged,
     CallRequested,
     CallStarted,
     CallValidated,
@@ -141,6 +142,11 @@ class CallRecord(msgspec.Struct, kw_only=True):
     attempts: int = 1
     #: the outcome so far is an in-flight refusal: a later attempt may follow it
     redecidable: bool = False
+    #: the call's ``call.exchanged`` records (what its body asked and was answered
+    #: mid-call), in ledger order; those outside its started body are also in
+    #: ``misplaced`` (their seq and where they stand), which ``problems()`` reports
+    exchanges: list[CallExchanged] = []
+    misplaced: list[tuple[int, str]] = []
 
     @property
     def started(self) -> bool:
@@ -152,9 +158,11 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     """One violation: ``kind`` is ``unapproved``, ``ambiguous``, ``resolved-in-flight`` (an
     effect key resolved while its holder's lease was live: its body may have been
     running, and a key resolved as failed may have run twice), ``incomplete``,
-    ``multiple-outcomes``, ``broken-chain`` or ``malformed`` (a record that did not fit
-    its type: read with the fields it names at their defaults); ``key`` names the effect
-    key of an ambiguous one that has a key."""
+    ``multiple-outcomes``, ``broken-chain``, ``malformed`` (a record that did not fit
+    its type: read with the fields it names at their defaults) or ``misplaced-exchange``
+    (a ``call.exchanged`` of a call that had not started, or after its outcome: no
+    running body can have written it); ``key`` names the effect key of an ambiguous one
+    that has a key."""
 
     kind: str
     message: str
@@ -278,6 +286,19 @@ class Audit(msgspec.Struct, kw_only=True):
                             **ids,
                         )
                     )
+            for seq, where in record.misplaced:
+                found.append(
+                    Problem(
+                        kind="misplaced-exchange",
+                        message=(
+                            f"seq {seq}: call.exchanged of call {record.call_id} "
+                            f"({record.tool}) {where}; only a running "
+                            "body records what it exchanged"
+                        ),
+                        seq=seq,
+                        **ids,
+                    )
+                )
             if record.started and record.approval_requested:
                 granted = {a.digest for a in record.approvals if a.approved}
                 if record.ran_digest not in granted:
@@ -383,8 +404,8 @@ def replay(
         cls = type(event)
         if cls is EffectResolved:
             _resolve(effects, cast(EffectResolved, event))
-        if not event.call_id:
-            continue
+        if not event.call_id and cls is not CallExchanged:
+            continue  # (an exchange that names no call is a problem: recorded below)
         call_key = (event.run_id, event.call_id)
         record = calls.get(call_key)
         if record is None:
@@ -405,6 +426,23 @@ def replay(
             record.digest = cast(CallValidated, event).digest
         elif cls is CallStarted:
             record.ran_digest = cast(CallStarted, event).digest
+        elif cls is CallExchanged:
+            if not record.exchanges:
+                record.exchanges = []
+            record.exchanges.append(cast(CallExchanged, event))
+            # Only a body that runs records one: after call.started, before the outcome.
+            if not event.call_id:
+                where = "names no call"
+            elif record.outcome is not None:
+                where = f"comes after its outcome ({record.outcome})"
+            elif record.ran_digest is None:
+                where = "comes before the call started (no call.started precedes it)"
+            else:
+                where = ""
+            if where:
+                if not record.misplaced:
+                    record.misplaced = []
+                record.misplaced.append((event.seq, where))
         elif cls in outcomes:
             record.outcomes += 1
             record.redecidable = record.outcome is None and redecided(event)

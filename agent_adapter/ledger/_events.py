@@ -28,6 +28,7 @@ __all__ = [
     "CallCancelled",
     "CallDenied",
     "CallDuplicate",
+    "CallExchanged",
     "CallFailed",
     "CallInvalid",
     "CallLimited",
@@ -242,6 +243,28 @@ class CallStarted(Event, kw_only=True, omit_defaults=True, tag="call.started"):
     effect_key: str = ""
 
 
+class CallExchanged(Event, kw_only=True, omit_defaults=True, tag="call.exchanged"):
+    """The running body exchanged ``request`` and ``response`` with someone outside,
+    mid-call (between ``call.started`` and the outcome; never an outcome itself).
+
+    ``method`` names the exchange (an MCP upstream's ``"elicitation/create"`` or
+    ``"sampling/createMessage"`` relayed to the client, say); ``error`` is set instead of
+    ``response`` when the question was refused or failed. ``peer`` is who was asked
+    (the client connection's identity, when known). With the spec's ``redact_result``
+    the values are not stored: ``request_digest`` / ``response_digest`` are their digests
+    and ``redacted`` is True; values of redacted arguments are scrubbed from both.
+    """
+
+    method: str = ""
+    request: Any = None
+    response: Any = None
+    error: str = ""
+    peer: str = ""
+    request_digest: str = ""
+    response_digest: str = ""
+    redacted: bool = False
+
+
 class CallReplayed(Event, kw_only=True, omit_defaults=True, tag="call.replayed"):
     """A repeat of a finished call returned its recorded outcome (``outcome_seq``)."""
 
@@ -377,6 +400,7 @@ _ALL = (
     EffectRenewed,
     EffectResolved,
     CallStarted,
+    CallExchanged,
     CallReplayed,
     HookFailed,
     UnknownEvent,
