@@ -153,9 +153,7 @@ def _scrubbed_value(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, str):
         return _scrubbed(value, secrets)
     if isinstance(value, dict):
-        return {
-            _scrubbed(str(k), secrets): _scrubbed_value(v, secrets) for k, v in value.items()
-        }
+        return {_scrubbed(str(k), secrets): _scrubbed_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [_scrubbed_value(v, secrets) for v in value]
     return value

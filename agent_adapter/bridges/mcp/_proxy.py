@@ -63,28 +63,13 @@ def upstream_tool(spec: ToolSpec) -> types.Tool | None:
         return None
 
 
-def _asked(downstream: Downstream | None) -> str:
-    """What the upstream asked the client during this call, in one line; "" for nothing."""
-    if downstream is None or not downstream.exchanges:
-        return ""
-    parts = []
-    for entry in downstream.exchanges:
-        if "answer" in entry:
-            outcome = str(entry["answer"].get("action", "answered"))
-        elif "refused" in entry:
-            outcome = f"refused: {entry['refused']}"
-        else:
-            outcome = f"error {entry.get('error', {}).get('code')}"
-        parts.append(f"{entry['method']} ({outcome})")
-    return "asked mid-call: " + ", ".join(parts)
+def _value(result: types.CallToolResult) -> dict[str, Any]:
+    """The call's value: the upstream's result as it sent it, JSON (isError aside).
 
-
-def _value(result: types.CallToolResult, exchanges: list[dict[str, Any]]) -> dict[str, Any]:
-    """The call's value: the upstream's result as it sent it, JSON (isError aside)."""
+    What the upstream asked the client meanwhile is not in it: each exchange is its own
+    ``call.exchanged`` event of the call (``_relay``)."""
     value: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     value.pop("isError", None)
-    if exchanges:
-        value[EXCHANGES_KEY] = exchanges
     return value
 
 
@@ -92,7 +77,8 @@ def proxied_result(value: Any) -> types.CallToolResult | None:
     """The ``CallToolResult`` a proxied call's value (live or replayed) stands for.
 
     None when ``value`` is not one (a value recorded by an older version, which kept only
-    the structured content): the caller answers it as any tool's value.
+    the structured content): the caller answers it as any tool's value. The exchanges an
+    older version kept in the value (``EXCHANGES_KEY``) are not part of the result.
     """
     if not isinstance(value, dict) or not isinstance(value.get("content"), list):
         return None
@@ -131,15 +117,7 @@ def _body(
         return all(t.name != tool for t in listed.tools)
 
     async def call_upstream(**args: Any) -> Any:
-        downstream = current_downstream()
-        try:
-            return await attempt(downstream, args)
-        except (ToolError, ToolTimeout, UpstreamError) as exc:
-            asked = _asked(downstream)
-            if not asked:
-                raise
-            # What was asked mid-call is kept with a failed call too (in its error).
-            raise type(exc)(f"{exc}; {asked}") from None
+        return await attempt(current_downstream(), args)
 
     async def attempt(downstream: Downstream | None, args: dict[str, Any]) -> Any:
         if link.closed:
@@ -188,7 +166,7 @@ def _body(
             raise unknown(f"upstream {tool} answered {type(result).__name__}, not a tool result")
         if result.is_error:
             raise unknown(f"upstream {tool} reported an error: {_error_text(result)}")
-        return _value(result, [] if downstream is None else downstream.exchanges)
+        return _value(result)
 
     call_upstream.__name__ = f"upstream_{tool}"
     return call_upstream

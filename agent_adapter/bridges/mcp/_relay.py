@@ -4,8 +4,11 @@ The gateway decides tool calls; everything else a call carries is relayed as it 
 progress (under the client's own ``progressToken``), log messages, and the upstream's
 ``elicitation/create`` and ``sampling/createMessage`` requests, each sent to the client
 whose call is waiting on the upstream, only when that client declared the capability,
-and answered with what the client answered. Each request and its answer is kept with
-the call (``Downstream.exchanges``): the proxied result records them.
+and answered with what the client answered. Each request and its answer (or why there
+is none) is recorded as a ``call.exchanged`` event of the waiting call, durable before
+the upstream hears the answer (``agent_adapter.engine.exchange_recorder``); an answer
+that cannot be recorded is not handed on (the upstream gets an error instead).
+Ledgers written before that kept them in the result's ``EXCHANGES_KEY``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 
+from ...engine import ExchangeRecorder, exchange_recorder
+from ...errors import ToolUsageError
+
 __all__ = [
     "EXCHANGES_KEY",
     "Downstream",
@@ -29,7 +35,8 @@ __all__ = [
     "serving",
 ]
 
-#: Where a proxied call's recorded value keeps what was asked and answered mid-call.
+#: Where a proxied call's recorded value kept what was asked and answered mid-call, in
+#: ledgers written before ``call.exchanged`` (still read: a replay leaves it out).
 EXCHANGES_KEY = "io.agent-adapter/exchanges"
 
 _current: contextvars.ContextVar[Downstream | None] = contextvars.ContextVar(
@@ -59,8 +66,11 @@ class Downstream:
         elif meta is not None:
             token = getattr(meta, "progress_token", None)
         self.progress_token: str | int | None = token
-        #: ``{"method", "params", "answer"}`` per upstream request relayed for this call
-        self.exchanges: list[dict[str, Any]] = []
+        #: who answers what is relayed (``call.exchanged``'s ``peer``): the client's
+        #: ``clientInfo`` and its transport session, as far as they are known
+        self.peer = _peer(ctx.session, self.connection)
+        #: the waiting call's recorder, taken inside its body (``Relay.enter``)
+        self.recorder: ExchangeRecorder | None = None
 
     def declared(self, capability: str) -> bool:
         caps = getattr(self.session, "client_capabilities", None)
@@ -99,21 +109,49 @@ class Downstream:
         await sending
 
     async def ask(self, method: str, request: Any, result_type: type[Any]) -> Any:
-        """Send the upstream's request to this client; its answer (or error) is kept."""
-        entry: dict[str, Any] = {"method": method, "params": _dump(request.params)}
-        self.exchanges.append(entry)
+        """Send the upstream's request to this client and record it with its answer (or
+        error) before the upstream gets either."""
+        params = _dump(request.params)
         try:
             answer = await self.session.send_request(request, result_type, metadata=self._related())
         except MCPError as exc:
-            entry["error"] = {"code": exc.error.code, "message": exc.error.message}
-            return exc.error
+            error = f"the client answered error {exc.error.code}: {exc.error.message}"
+            return await self.record(method, params, exc.error, error=error)
         except Exception as exc:
-            entry["error"] = {"code": types.INTERNAL_ERROR, "message": f"{type(exc).__name__}"}
-            return types.ErrorData(
+            failed = types.ErrorData(
                 code=types.INTERNAL_ERROR, message=f"the client did not answer: {exc}"
             )
-        entry["answer"] = _dump(answer)
-        return answer
+            return await self.record(
+                method, params, failed, error=f"the client did not answer: {type(exc).__name__}"
+            )
+        return await self.record(method, params, answer, response=_dump(answer))
+
+    async def record(
+        self, method: str, params: Any, reply: Any, *, response: Any = None, error: str = ""
+    ) -> Any:
+        """``reply`` for the upstream, once the exchange is on record in the waiting call
+        (no recorder: a body the executor does not run); else an error saying why not."""
+        if self.recorder is None:
+            return reply
+        try:
+            await self.recorder.record(
+                method, request=params, response=response, error=error, peer=self.peer
+            )
+        except Exception as exc:  # (a LedgerError, or the call ended meanwhile)
+            # Not on record, not handed on: what the upstream does next rests on it.
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR,
+                message=f"{method}: the exchange could not be recorded ({exc}); not relayed",
+            )
+        return reply
+
+
+def _peer(session: Any, connection: Any) -> str:
+    params = getattr(session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    peer = f"{info.name} {info.version}" if info is not None else "an unnamed MCP client"
+    session_id = getattr(connection, "session_id", None)
+    return f"{peer}, session {session_id}" if session_id else peer
 
 
 def downstream_of(ctx: Any) -> Downstream:
@@ -158,6 +196,11 @@ class Relay:
         }
 
     def enter(self, downstream: Downstream) -> None:
+        """``downstream``'s call waits on this upstream (called in the call's body: what is
+        relayed to it is recorded in that call)."""
+        if downstream.recorder is None:
+            with contextlib.suppress(ToolUsageError):  # (not a body the executor runs)
+                downstream.recorder = exchange_recorder()
         self._waiting.append(downstream)
 
     def leave(self, downstream: Downstream) -> None:
@@ -182,13 +225,12 @@ class Relay:
                 message=f"{method}: no one client's call is waiting on this upstream",
             )
         if not target.declared(capability):
-            target.exchanges.append(
-                {"method": method, "params": _dump(request.params), "refused": "not declared"}
-            )
-            return types.ErrorData(
+            refusal = types.ErrorData(
                 code=types.INVALID_REQUEST,
                 message=f"{method}: the client did not declare {capability}",
             )
+            error = f"refused: the client did not declare {capability}"
+            return await target.record(method, _dump(request.params), refusal, error=error)
         return await target.ask(method, request, result_type)
 
     async def _elicit(self, context: Any, params: types.ElicitRequestParams) -> Any:

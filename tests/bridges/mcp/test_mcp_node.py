@@ -23,7 +23,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_helpers import checked_audit, ours
+from mcp_helpers import Answers, checked_audit, ours
 from test_mcp_cli import CLI, audit_of, env, start_http
 
 from agent_adapter import Executor, Registry
@@ -35,7 +35,7 @@ from agent_adapter.integrations.mcp import (
     mcp_server,
     proxy,
 )
-from agent_adapter.ledger import SQLiteLedger, replay
+from agent_adapter.ledger import CallExchanged, Event, SQLiteLedger, replay
 
 pytestmark = pytest.mark.usefixtures("bounded")
 
@@ -212,14 +212,27 @@ async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_ke
         assert ours(first.meta) == {META_KIND: "tool-failed"}
         text = first.content[0].text  # type: ignore[union-attr]
         assert "error -32600" in text
-        # What it asked is recorded with the failed call (and the client saw none of it).
-        assert text.endswith("asked mid-call: elicitation/create (refused: not declared)"), text
         assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
         assert log.read_text().splitlines() == ["start_then_elicit"]
         assert sorted(executor.ambiguous_effects()) == ["go-on"]
         events = [e async for e in executor.ledger.read()]
         audit = replay(events, await executor.ledger.verify())
     assert [(p.kind, p.key) for p in audit.problems()] == [("ambiguous", "go-on")]
+    # What it asked is recorded in the failed call, refused (the client saw none of it).
+    (refused,) = [e for e in events if isinstance(e, CallExchanged)]
+    assert (refused.call_id, refused.method, refused.response, refused.error) == (
+        first_call(events, "start_then_elicit"),
+        "elicitation/create",
+        None,
+        "refused: the client did not declare elicitation",
+    )
+    assert refused.request["message"] == "Go on?"
+    assert refused.peer.startswith("mcp ")  # the client's clientInfo (the Python SDK's)
+
+
+def first_call(events: list[Event], tool: str) -> str:
+    """The call id of the first call of ``tool`` in ``events``."""
+    return next(e.call_id for e in events if e.tool == tool)
 
 
 def pinned(name: str) -> dict[str, str]:
@@ -310,11 +323,57 @@ async def test_progress_logging_elicitation_and_sampling_are_relayed_and_recorde
         'User response: action=accept, content={"response":"yes"}'
     )
     assert sampled.content[0].text == "LLM response: ok"  # type: ignore[union-attr]
-    (recorded,) = [e for e in events if e.type == "call.succeeded" and e.tool == "test_elicitation"]
-    (exchange,) = recorded.result["io.agent-adapter/exchanges"]
-    assert exchange["method"] == "elicitation/create"
-    assert exchange["params"]["message"] == "Proceed?"
-    assert exchange["answer"] == {"action": "accept", "content": {"response": "yes"}}
+    # Each question and its answer is an event of its own call; the results hold none.
+    exchanges = [e for e in events if isinstance(e, CallExchanged)]
+    assert [(e.tool, e.method, e.error) for e in exchanges] == [
+        ("test_elicitation", "elicitation/create", ""),
+        ("test_sampling", "sampling/createMessage", ""),
+    ]
+    assert exchanges[0].request["message"] == "Proceed?"
+    assert exchanges[0].response == {"action": "accept", "content": {"response": "yes"}}
+    assert exchanges[1].response["content"] == {"type": "text", "text": "ok"}
+    results = [e.result for e in events if e.type == "call.succeeded"]
+    assert all("io.agent-adapter/exchanges" not in r for r in results)
+
+
+async def test_an_elicitation_mid_call_is_recorded_in_order_and_the_pinned_call_replays(
+    node: Path, tmp_path: Path
+) -> None:
+    """call.started, call.exchanged, call.succeeded; audit clean; the repeat asks nobody."""
+    answers = Answers(types.ElicitResult(action="accept", content={"response": "yes"}))
+    db = tmp_path / "ledger.db"
+    args = {"message": "Ship it?"}
+    async with ts_gateway(tmp_path, db=db) as (server, executor, log):
+        async with Client(server, mode="legacy", elicitation_callback=answers) as client:
+            first = await client.call_tool("test_elicitation", args, meta=pinned("ship"))
+    async with ts_gateway(tmp_path, db=db) as (server, executor, log):
+        async with Client(server, mode="legacy", elicitation_callback=answers) as client:
+            again = await client.call_tool("test_elicitation", args, meta=pinned("ship"))
+        audit = await checked_audit(executor.ledger)
+    assert first.model_dump() == again.model_dump()
+    assert first.content[0].text == (  # type: ignore[union-attr]
+        'User response: action=accept, content={"response":"yes"}'
+    )
+    assert [p.message for p in answers.asked] == ["Ship it?"]  # asked once, by the first
+    assert log.read_text().splitlines() == ["test_elicitation"]  # and ran once
+    record = audit.call("run-1", "call-ship")
+    assert [e.type for e in record.events] == [
+        "call.requested",
+        "call.validated",
+        "call.started",
+        "call.exchanged",
+        "call.succeeded",
+        "call.replayed",
+    ]
+    (exchange,) = record.exchanges
+    assert (exchange.method, exchange.response, exchange.error, exchange.redacted) == (
+        "elicitation/create",
+        {"action": "accept", "content": {"response": "yes"}},
+        "",
+        False,
+    )
+    assert exchange.request["message"] == "Ship it?"
+    assert record.outcome == "call.succeeded"
 
 
 @contextlib.asynccontextmanager
