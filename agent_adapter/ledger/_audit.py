@@ -291,9 +291,8 @@ class Audit(msgspec.Struct, kw_only=True):
                     Problem(
                         kind="misplaced-exchange",
                         message=(
-                            f"seq {seq}: call.exchanged of call {record.call_id} "
-                            f"({record.tool}) {where}; only a running "
-                            "body records what it exchanged"
+                            f"seq {seq}: call.exchanged {_of(record)} {where}; only a "
+                            "running body records what it exchanged"
                         ),
                         seq=seq,
                         **ids,
@@ -314,6 +313,13 @@ class Audit(msgspec.Struct, kw_only=True):
                         )
                     )
         return found
+
+
+def _of(record: CallRecord) -> str:
+    """Whose event it is, for a message: the call, or the tool alone for no call id."""
+    if record.call_id:
+        return f"of call {record.call_id} ({record.tool})"
+    return f"of tool {record.tool}" if record.tool else "of no tool"
 
 
 def _why_ambiguous(record: CallRecord) -> str:
