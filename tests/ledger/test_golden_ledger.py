@@ -3,7 +3,8 @@
 engine_v1.jsonl was written by an earlier engine (claims without a holder or a lease):
 approvals from the context and from a deferred port (with its answer), an edit, a
 duplicate, a failure that left an ambiguous key and its resolution, a ToolError, a cache
-hit, an invalid call and a replayed repeat. engine_v2.jsonl was recorded by
+hit, an invalid call and a replayed repeat. engine_v2.jsonl (and engine_v3.jsonl, the
+same script with a body that asks mid-call: ``call.exchanged``) was recorded by
 tests/ledger/golden/make_golden.py from real executor runs and holds every event tag (leases and
 their renewal, guards, hooks, limits, a timeout, a cancel, denials). Every tag of
 ``EVENT_TAGS`` must appear in some golden file. If a change breaks these tests, old
@@ -199,9 +200,11 @@ async def test_golden_ledger_reopens(clock: Any) -> None:
 
 # -- every tag ---------------------------------------------------------------------------
 
-#: The tags engine_v1.jsonl has no record of (11 of the 28): engine_v2.jsonl records them.
+#: The tags engine_v1.jsonl has no record of (12 of the 29): engine_v2.jsonl records them,
+#: but for call.exchanged (newer than both), which engine_v3.jsonl records.
 NOT_IN_V1 = {
     "approval.denied",
+    "call.exchanged",
     "call.ambiguous",
     "call.blocked",
     "call.cancelled",
@@ -217,7 +220,8 @@ NOT_IN_V1 = {
 
 def test_every_event_tag_has_a_golden_record() -> None:
     """Each tag of EVENT_TAGS is read from some golden file: a tag added later fails here
-    until a new file recorded by tests/ledger/golden/make_golden.py holds it."""
+    until a new file recorded by tests/ledger/golden/make_golden.py holds it (call.exchanged:
+    engine_v3.jsonl)."""
     files = sorted(GOLDEN.parent.glob("*.jsonl"))
     seen = {decode_event(r.payload).type for path in files for r in _records(path)}
     assert sorted(EVENT_TAGS - seen) == []
@@ -686,3 +690,75 @@ async def test_golden_requests_read_without_a_description() -> None:
         assert [(r.description, r.tool, r.digest, r.args) for r in requests] == [
             ("", e.tool, e.digest, e.args) for e in asked
         ]
+
+
+# -- engine_v3.jsonl: make_golden.py with a body that asked mid-call (call.exchanged) -------
+
+GOLDEN_V3 = GOLDEN.parent / "engine_v3.jsonl"
+
+
+def test_golden_v3_verifies_reencodes_and_exports_back() -> None:
+    """The chain verifies; each payload decodes and encodes to its bytes; export lines
+    read back to the records."""
+    records = _records(GOLDEN_V3)
+    assert verify_records(records) == Verification(ok=True, checked=128)
+    assert [encode_event(decode_event(r.payload)) for r in records] == [r.payload for r in records]
+    assert [parse_export_line(export_line(r)) for r in records] == records
+
+
+def test_golden_v3_exchanges_are_records_of_their_call() -> None:
+    """c24's questions, between call.started and its outcome, the card scrubbed; the
+    audit has only the one problem v2 has (refund:F6), so exchanges add none."""
+    records = _records(GOLDEN_V3)
+    audit = replay(_events(records), verify_records(records))
+    assert [(p.kind, p.key) for p in audit.problems()] == [("ambiguous", "refund:F6")]
+    survey = audit.call(RUN, "c24")
+    assert [e.type for e in survey.events] == [
+        "call.requested",
+        "call.validated",
+        "call.started",
+        "call.exchanged",
+        "call.exchanged",
+        "call.succeeded",
+    ]
+    assert [(e.method, e.request, e.response, e.error, e.peer) for e in survey.exchanges] == [
+        (
+            "elicitation/create",
+            {"message": "Go on? (card [redacted])"},
+            {"action": "accept", "content": {"answer": "yes"}},
+            "",
+            "golden-client 1.0",
+        ),
+        (
+            "sampling/createMessage",
+            {"messages": ["Go on?"]},
+            None,
+            "refused: the client did not declare sampling",
+            "golden-client 1.0",
+        ),
+    ]
+
+
+async def test_golden_v3_reopens_and_replays_the_call_that_asked() -> None:
+    """An executor opened on engine_v3.jsonl answers a repeat of c24 from the ledger:
+    the recorded value, no run and no new exchange."""
+    runs: list[str] = []
+    registry = _registry_v2(runs)
+
+    @registry.tool(redact=["card"])
+    async def survey(card: str, question: str) -> str:
+        runs.append("survey")
+        return "surveyed again"
+
+    ledger = MemoryLedger()
+    for record in _records(GOLDEN_V3):
+        await ledger.append(decode_event(record.payload))
+    executor = await Executor.open(registry, ledger=ledger)
+    try:
+        ctx = CallContext(run_id=RUN, call_id="c24")
+        args = {"card": "4111", "question": "Go on?"}
+        assert await executor.run_spec(registry.get("survey"), args, ctx) == "surveyed"
+    finally:
+        await executor.close()
+    assert runs == []
+    assert [r.type for r in ledger.records][-1] == "call.replayed"

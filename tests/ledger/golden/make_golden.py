@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_adapter import CallContext, Decision, DeferredApproval, Executor, Registry, RunLimits
+from agent_adapter.engine import record_exchange
 from agent_adapter.errors import AdapterError, ApprovalPending, GuardrailBlocked, ToolError
 from agent_adapter.ledger import EffectRenewed, MemoryLedger, Record, UnknownEvent
 
@@ -118,6 +119,24 @@ def registry(gates: dict[str, asyncio.Event]) -> Registry:
         gates["ship entered"].set()
         await gates["ship go"].wait()  # set once the lease was renewed
         return f"shipped {order_id}"
+
+    @tools.tool(redact=["card"])
+    async def survey(card: str, question: str) -> str:
+        # Asked mid-call (from engine_v3.jsonl on): one answered, one refused, each a
+        # call.exchanged of this call, the card scrubbed from what was asked.
+        await record_exchange(
+            "elicitation/create",
+            request={"message": f"{question} (card {card})"},
+            response={"action": "accept", "content": {"answer": "yes"}},
+            peer="golden-client 1.0",
+        )
+        await record_exchange(
+            "sampling/createMessage",
+            request={"messages": [question]},
+            error="refused: the client did not declare sampling",
+            peer="golden-client 1.0",
+        )
+        return "surveyed"
 
     return tools
 
@@ -202,6 +221,7 @@ async def record() -> list[Record]:
     gates["ship go"].set()
     await shipping
     await events.aclose()  # type: ignore[attr-defined]
+    await call("survey", {"card": "4111", "question": "Go on?"}, "c24")
     # A repeat of a finished call id: its recorded outcome, no second run.
     await call("refund", {"order_id": "A1", "amount_cents": 500, "note": "secret"}, "c1", ui)
     # An event of a newer version's type, as this version stores one it passes on.
