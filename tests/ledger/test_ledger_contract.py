@@ -200,3 +200,52 @@ async def test_close_is_idempotent(make_ledger: LedgerFactory) -> None:
     await store.append(requested("c1"))
     await store.close()
     await store.close()
+
+
+async def test_exchanges_mid_call_are_stored_chained_and_replayed(ledger: Ledger) -> None:
+    """call.exchanged through an executor: between call.started and the outcome, read
+    back whole and in order, the chain and the audit clean, and a repeat of the call by
+    a second executor on the store gives the recorded value without asking again."""
+    from agent_adapter import CallContext, Executor, Registry
+    from agent_adapter.engine import record_exchange
+    from agent_adapter.ledger import CallExchanged, replay
+
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.tool()
+    async def ask(question: str) -> str:
+        ran.append(question)
+        for n in range(3):
+            await record_exchange(
+                "elicitation/create", request={"message": question, "n": n}, response={"n": n}
+            )
+        return "answered"
+
+    ctx = CallContext(run_id="r1", call_id="c1")
+    first = await Executor.open(registry, ledger=ledger)
+    assert await first.run_spec(registry.get("ask"), {"question": "é?"}, ctx) == "answered"
+    # (Executors share the store object; closing one closes it: read before that.)
+    second = await Executor.open(registry, ledger=ledger)
+    assert await second.run_spec(registry.get("ask"), {"question": "é?"}, ctx) == "answered"
+    events = await read_all(ledger, run_id="r1", call_id="c1")
+    assert [e.type for e in events] == [
+        "call.requested",
+        "call.validated",
+        "call.started",
+        "call.exchanged",
+        "call.exchanged",
+        "call.exchanged",
+        "call.succeeded",
+        "call.replayed",
+    ]
+    exchanged = [e for e in events if isinstance(e, CallExchanged)]
+    assert [(e.request, e.response) for e in exchanged] == [
+        ({"message": "é?", "n": n}, {"n": n}) for n in range(3)
+    ]
+    assert ran == ["é?"]
+    verification = await ledger.verify()
+    assert verification.ok
+    assert replay(events, verification).problems() == []
+    await second.close()
+    await first.close()
