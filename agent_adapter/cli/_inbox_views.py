@@ -290,6 +290,7 @@ def _step(event: Event, asked: dict[str, Any]) -> str:
         ApprovalGranted,
         ApprovalRejected,
         ApprovalRequested,
+        CallExchanged,
         CallRequested,
         CallStarted,
         CallValidated,
@@ -336,7 +337,20 @@ def _step(event: Event, asked: dict[str, Any]) -> str:
     if isinstance(event, CallStarted):
         key = f", effect key <code>{esc(event.effect_key)}</code>" if event.effect_key else ""
         return f"body started with digest {_short(event.digest)}{key}"
+    if isinstance(event, CallExchanged):
+        return _exchange(event)
     return f"<code>{esc(event_details(event, limit=200))}</code>"
+
+
+def _exchange(event: Any) -> str:
+    """A ``call.exchanged`` step: what the body asked, whom, and the answer (or why none)."""
+    who = f" of <strong>{esc(event.peer)}</strong>" if event.peer else ""
+    if event.redacted:
+        return f"asked {esc(event.method)}{who} mid-call (redacted: only digests recorded)"
+    text = f"asked {esc(event.method)}{who} mid-call: <code>{esc(json_line(event.request))}</code>"
+    if event.error:
+        return f"{text}; no answer: {esc(event.error)}"
+    return f"{text}; answered <code>{esc(json_line(event.response))}</code>"
 
 
 def _call_html(record: CallRecord, asked: dict[str, Any], effects: dict[str, Any]) -> str:
