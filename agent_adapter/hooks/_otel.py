@@ -39,8 +39,10 @@ _TRACER_NAME = "agent_adapter"
 # the span, and values (argument values, results, edits, metadata, free text that may quote
 # arguments), which are added only when asked for.
 _BASE = frozenset({"seq", "ts", "run_id", "call_id", "tool", "prev", "hash", "malformed"})
-_ARGUMENT_FIELDS = frozenset({"args", "edits", "error", "metadata", "data"})
-_RESULT_FIELDS = frozenset({"result"})
+# What a body asked mid-call (call.exchanged's request) often quotes its arguments, and
+# the answer is a value it got: each stays out unless its kind of value is asked for.
+_ARGUMENT_FIELDS = frozenset({"args", "edits", "error", "metadata", "data", "request"})
+_RESULT_FIELDS = frozenset({"result", "response"})
 _NEVER = frozenset({"json_schema", "verdicts", "redact"})
 
 # An open span per (run_id, call_id) waits for its outcome. A call whose outcome never

@@ -509,3 +509,40 @@ async def test_a_span_opened_in_the_body_nests_under_the_calls_span(kind: str) -
         tool_span.context.span_id,
         host_span.context.span_id,
     )
+
+
+async def test_an_exchange_mid_call_is_an_event_of_the_calls_span(clock: Any) -> None:
+    """call.exchanged is a span event between call.started and the outcome: the method
+    and peer always, what was asked and answered only when arguments / results are."""
+    from agent_adapter.engine import record_exchange
+
+    reg = Registry()
+
+    @reg.tool()
+    async def ask(question: str) -> str:
+        await record_exchange(
+            "elicitation/create", request={"q": question}, response={"a": "yes"}, peer="desk"
+        )
+        return "ok"
+
+    async def span_of(**options: bool) -> ReadableSpan:
+        provider, exporter = sdk()
+        hook = OpenTelemetryHook(provider, **options)
+        executor = Executor(reg, ledger=MemoryLedger(), hooks=[hook], clock=clock)
+        await executor.call("ask", {"question": "go?"}, run_id="r1", call_id="c1")
+        (span,) = exporter.get_finished_spans()
+        return span
+
+    quiet = await span_of()
+    names = [name for name, _, _ in events_of(quiet)]
+    assert names[names.index("call.started") + 1 :] == ["call.exchanged", "call.succeeded"]
+    (exchanged,) = [attrs for name, attrs, _ in events_of(quiet) if name == "call.exchanged"]
+    assert exchanged == {
+        "agent_adapter.seq": 4,
+        "method": "elicitation/create",
+        "peer": "desk",
+        "redacted": False,
+    }
+    told = await span_of(record_arguments=True, record_results=True)
+    (exchanged,) = [attrs for name, attrs, _ in events_of(told) if name == "call.exchanged"]
+    assert (exchanged["request"], exchanged["response"]) == ('{"q":"go?"}', '{"a":"yes"}')
