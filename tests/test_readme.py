@@ -68,3 +68,24 @@ def test_bridge_contract_example_prints_what_the_readme_says() -> None:
     assert "prints `refunded 500 on A1` twice, then `approval-denied`" in page(
         "bridges/writing-a-bridge.md"
     )
+
+
+def test_exchanges_example_prints_what_the_engine_page_says() -> None:
+    """The call.exchanged example: both questions inside the call, the audit clean."""
+    done = subprocess.run(
+        [sys.executable, "-c", _example("exchanges")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "shipped S1 to the back door",
+        "requested validated effect.claimed started exchanged exchanged succeeded",
+        "[]",
+    ]
+    assert (
+        "prints `shipped S1 to the back door`, then `requested validated effect.claimed started\n"
+        "exchanged exchanged succeeded` and `[]`."
+    ) in page("engine.md")
