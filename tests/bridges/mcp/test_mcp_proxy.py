@@ -313,3 +313,44 @@ async def test_a_proxied_tool_is_listed_as_the_upstream_listed_it(tmp_path: Path
     assert listed["charge"] == sent["charge"].model_copy(
         update={"annotations": types.ToolAnnotations(read_only_hint=True)}
     )
+
+
+async def test_a_call_recorded_with_its_exchanges_in_the_value_replays_without_them(
+    tmp_path: Path,
+) -> None:
+    """A ledger of the earlier format (what was asked mid-call inside call.succeeded's
+    value, `io.agent-adapter/exchanges`) still answers a pinned repeat: the upstream's
+    result as it was sent, without the exchanges, and the upstream does not run."""
+    from agent_adapter import digest
+    from agent_adapter.integrations.mcp import META_RUN_ID
+    from agent_adapter.ledger import CallRequested, CallStarted, CallSucceeded, CallValidated
+
+    log = tmp_path / "upstream.log"
+    args = {"query": "q"}
+    ids = {"run_id": "run-old", "call_id": "call-old", "tool": "docs.search_documents"}
+    asked = {"method": "elicitation/create", "params": {"message": "?"}, "answer": {}}
+    sent = {"content": [{"type": "text", "text": "found"}], "structuredContent": {"hits": ["x"]}}
+    value = {**sent, "io.agent-adapter/exchanges": [asked]}
+    ledger = MemoryLedger()
+    await ledger.append_many(
+        [
+            CallRequested(**ids, args=args),
+            CallValidated(**ids, digest=digest(args)),
+            CallStarted(**ids, digest=digest(args)),
+            CallSucceeded(**ids, result=value),
+        ]
+    )
+    registry = Registry()
+    async with Client(upstream_params(log)) as upstream:
+        await proxy(registry, upstream, prefix="docs.")
+        executor = Executor(registry, ledger=ledger)
+        async with Client(mcp_server(registry, executor=executor)) as client:
+            meta = {META_RUN_ID: "run-old", META_CALL_ID: "call-old"}
+            again = await client.call_tool("docs.search_documents", args, meta=meta)
+    answered = again.model_dump(by_alias=True, exclude_none=True)
+    assert {k: answered[k] for k in ("content", "structuredContent", "isError")} == {
+        **sent,
+        "isError": False,
+    }
+    assert "io.agent-adapter/exchanges" not in str(answered)
+    assert ran(log) == []
