@@ -10,12 +10,16 @@ that, asked again, lists no such tool: that tool cannot have run.
 
 The proxy is transparent for what it does not decide: the upstream's result is the
 call's value as the upstream sent it (content blocks, ``structuredContent``, ``_meta``),
-recorded so, and a replay returns the same blocks.
+recorded so, and a replay returns the same blocks. An ``isError`` result is the call's
+failure (recorded as ``call.failed``), and it too reaches the client as the upstream sent
+it: the engine records a failure as text, so that text ends with the result's JSON
+(``RESULT_MARK``), which a pinned retry answered from the ledger returns again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,16 +29,32 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from ...engine import Registry, ToolSpec, current_call
-from ...errors import ToolError, ToolTimeout, ToolUsageError
+from ...errors import AdapterError, ToolError, ToolTimeout, ToolUsageError
 from ._names import META_CALL_ID, META_RUN_ID
 from ._policy import ToolPolicy, parse_policy
 from ._relay import EXCHANGES_KEY, Downstream, Relay, current_downstream
 
-__all__ = ["DEFAULT_TIMEOUT_S", "UpstreamError", "proxied_result", "proxy", "upstream_tool"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "RESULT_MARK",
+    "UpstreamError",
+    "proxied_failure",
+    "proxied_result",
+    "proxy",
+    "upstream_tool",
+]
 
 #: How long a proxied call waits for the upstream when the policy sets no ``timeout``:
 #: an upstream that hangs must not hold the call (and its effect key) forever.
 DEFAULT_TIMEOUT_S = 60.0
+
+
+#: Ends the recorded error of a proxied call the upstream answered with ``isError``: the
+#: upstream's result as JSON (one line: JSON text holds no raw newline) follows it.
+RESULT_MARK = "\nio.agent-adapter/upstream-result: "
+
+#: The kinds whose recorded error may carry the upstream's result (its own answers).
+_REPORTED_KINDS = ("tool-failed", "tool-error")
 
 
 class UpstreamError(Exception):
@@ -71,6 +91,34 @@ def _value(result: types.CallToolResult) -> dict[str, Any]:
     value: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     value.pop("isError", None)
     return value
+
+
+def _reported(summary: str, value: dict[str, Any]) -> str:
+    """An error text: ``summary`` for people, then the upstream's result for the client."""
+    return summary + RESULT_MARK + json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def proxied_failure(error: AdapterError) -> types.CallToolResult | None:
+    """The upstream's own ``isError`` result a proxied call's failure carries, else None.
+
+    Read from the error's text (live, or rebuilt from the ledger for a replayed call), so
+    a pinned retry gets the same blocks. The last ``RESULT_MARK`` is the gateway's own:
+    what the upstream wrote comes before it, and JSON holds no raw newline.
+    """
+    if error.kind not in _REPORTED_KINDS:
+        return None
+    message = error.message
+    at = message.rfind(RESULT_MARK)
+    if at < 0:
+        return None
+    try:
+        value = json.loads(message[at + len(RESULT_MARK) :])
+    except ValueError:
+        return None
+    result = proxied_result(value)
+    if result is None:
+        return None
+    return result.model_copy(update={"is_error": True})
 
 
 def proxied_result(value: Any) -> types.CallToolResult | None:
@@ -165,7 +213,9 @@ def _body(
         if not isinstance(result, types.CallToolResult):
             raise unknown(f"upstream {tool} answered {type(result).__name__}, not a tool result")
         if result.is_error:
-            raise unknown(f"upstream {tool} reported an error: {_error_text(result)}")
+            # Failed (what it did is unknown), and answered as the upstream sent it.
+            summary = f"upstream {tool} reported an error: {_error_text(result)}"
+            raise unknown(_reported(summary, _value(result)))
         return _value(result)
 
     call_upstream.__name__ = f"upstream_{tool}"

@@ -46,7 +46,7 @@ from ._approval import (
     read_state,
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
-from ._proxy import proxied_result, upstream_tool
+from ._proxy import proxied_failure, proxied_result, upstream_tool
 from ._relay import downstream_of, serving
 from ._results import refusal, success
 from ._wire import arguments_text
@@ -108,6 +108,15 @@ def _answer(spec: ToolSpec, value: Any) -> types.CallToolResult:
         if result is not None:
             return result
     return success(value)
+
+
+def _refused(spec: ToolSpec, error: AdapterError) -> types.CallToolResult:
+    # A proxied call the upstream answered with isError: its own result, as it sent it.
+    if upstream_tool(spec) is not None:
+        result = proxied_failure(error)
+        if result is not None:
+            return result
+    return refusal(error)
 
 
 def _meta_of(params: types.CallToolRequestParams) -> Mapping[str, Any]:
@@ -250,7 +259,7 @@ class _Gateway:
             # cancel the body, so the call ends with its real outcome, not an ambiguous one.
             value = await asyncio.shield(task)
         except AdapterError as exc:
-            return refusal(exc)
+            return _refused(spec, exc)
         return _answer(spec, value)
 
     async def not_an_object(self, ctx: Any, call_next: Any) -> Any:

@@ -292,6 +292,19 @@ const TOOLS = {
       _meta: { "example.com/trace": "t-1" },
     }),
   },
+  // Not the suite's: an isError result with blocks of its own (what the client must get).
+  error_with_image: {
+    description: "Fails with a text and an image block, structuredContent and _meta",
+    run: async () => ({
+      isError: true,
+      content: [
+        { type: "text", text: "render failed" },
+        { type: "image", data: IMAGE, mimeType: "image/png" },
+      ],
+      structuredContent: { code: "E_RENDER" },
+      _meta: { "example.com/trace": "t-err" },
+    }),
+  },
 };
 
 const server = new Server(

@@ -168,7 +168,9 @@ async def test_http_serve_proxies_an_upstream_under_a_policy_file(
         await proc.wait()
     assert found.structured_content == {"hits": ["q-1", "q-2"]}
     assert deleted.structured_content == {"result": "deleted d1"}
-    assert ours(charged.meta) == {META_KIND: "tool-failed"}
+    # The upstream's own isError result (recorded as tool-failed), then ours.
+    assert charged.is_error and ours(charged.meta) == {}
+    assert charged.content[0].text == "Error executing tool charge: card declined"  # type: ignore[union-attr]
     assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
     assert [a.message for a in answers.asked] == [
         'Approve docs.delete_document with {"doc_id":"d1"}?'

@@ -276,6 +276,33 @@ async def test_results_and_listings_pass_through_and_replay_the_same(
     assert log.read_text().splitlines() == names  # ran once each, in the first process
 
 
+async def test_an_upstream_is_error_reaches_the_client_as_sent_and_replays_the_same(
+    node: Path, tmp_path: Path
+) -> None:
+    """Its text and image blocks, structuredContent, _meta and isError; the key ambiguous."""
+    params = StdioServerParameters(
+        command=str(NODE), args=[str(TS_UPSTREAM), str(tmp_path / "direct.log")]
+    )
+    async with Client(params) as direct:
+        sent = await direct.call_tool("error_with_image", {})
+    policy = {"error_with_image": {"effect": "render"}}
+    async with ts_gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy") as client:
+            got = await client.call_tool("error_with_image", {}, meta=pinned("err"))
+            # The same pinned call id again: answered from the ledger, the same blocks.
+            retried = await client.call_tool("error_with_image", {}, meta=pinned("err"))
+        ambiguous = sorted(executor.ambiguous_effects())
+        events = [e async for e in executor.ledger.read()]
+    assert sent.is_error and [b.type for b in sent.content] == ["text", "image"]
+    assert got.model_dump() == sent.model_dump()
+    assert retried.model_dump() == sent.model_dump()
+    assert ambiguous == ["render"]
+    (failed,) = [e for e in events if e.type == "call.failed"]
+    assert failed.error_kind == "tool-failed"
+    assert [e.type for e in events if e.call_id == "call-err"][-1] == "call.replayed"
+    assert log.read_text().splitlines() == ["error_with_image"]
+
+
 async def test_progress_logging_elicitation_and_sampling_are_relayed_and_recorded(
     node: Path, tmp_path: Path
 ) -> None:

@@ -89,19 +89,24 @@ async def test_a_proxied_upstream_runs_through_the_executor(tmp_path: Path, mode
 
 
 async def test_an_upstream_is_error_leaves_the_key_ambiguous(tmp_path: Path) -> None:
-    """isError proves nothing: tool-failed, then the retry is ambiguous-effect (ran once)."""
+    """isError proves nothing: recorded tool-failed (the client gets the upstream's own
+    result), then the retry is ambiguous-effect (ran once)."""
     policy = {"charge": {"effect": "charge:{order_id}"}}
     async with gateway(tmp_path, policy) as (server, executor, log):
         async with Client(server, mode="legacy") as client:
             first = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
             again = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
-    assert first.structured_content == {
-        "error": {
-            "kind": "tool-failed",
-            "message": "docs.charge failed: UpstreamError: upstream charge reported an error: "
-            "Error executing tool charge: card declined",
-        }
-    }
+        events = [e async for e in executor.ledger.read()]
+    assert first.is_error and ours(first.meta) == {}
+    assert first.content == [
+        types.TextContent(type="text", text="Error executing tool charge: card declined")
+    ]
+    (failed,) = [e for e in events if e.type == "call.failed"]
+    assert failed.error_kind == "tool-failed"
+    assert failed.error.startswith(
+        "docs.charge failed: UpstreamError: upstream charge reported an error: "
+        "Error executing tool charge: card declined\n"
+    )
     assert ours(again.meta) == {META_KIND: "ambiguous-effect"}
     assert ran(log) == ['charge {"amount_cents": 5, "order_id": "A1"}']
     assert sorted(executor.ambiguous_effects()) == ["charge:A1"]
@@ -114,14 +119,13 @@ async def test_not_executed_on_error_frees_the_key(tmp_path: Path) -> None:
         async with Client(server, mode="2026-07-28") as client:
             first = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
             again = await client.call_tool("docs.charge", {"order_id": "A1", "amount_cents": 5})
+        events = [e async for e in executor.ledger.read()]
     for result in (first, again):
-        assert result.structured_content == {
-            "error": {
-                "kind": "tool-error",
-                "message": "upstream charge reported an error: "
-                "Error executing tool charge: card declined",
-            }
-        }
+        assert result.is_error and ours(result.meta) == {}
+        assert result.content == [
+            types.TextContent(type="text", text="Error executing tool charge: card declined")
+        ]
+    assert [e.error_kind for e in events if e.type == "call.failed"] == ["tool-error"] * 2
     assert len(ran(log)) == 2
     assert executor.ambiguous_effects() == {}
 
@@ -270,7 +274,13 @@ async def test_what_an_upstream_answer_proves(name: str) -> None:
     executor = Executor(registry, ledger=MemoryLedger())
     async with Client(mcp_server(registry, executor=executor), mode="legacy") as client:
         result = await client.call_tool("op", {"k": "x"}, meta={META_CALL_ID: "c1"})
-    assert ours(result.meta) == {META_KIND: kind}
+    if isinstance(answer, types.CallToolResult):
+        # The upstream's own isError result reaches the client as it sent it.
+        assert result.is_error and result.content == answer.content and ours(result.meta) == {}
+    else:
+        assert ours(result.meta) == {META_KIND: kind}
+    (failed,) = [e async for e in executor.ledger.read() if e.type == "call.failed"]
+    assert failed.error_kind == kind
     assert sorted(executor.ambiguous_effects()) == ambiguous
     # The upstream is told the call's ids, so an agent-adapter upstream can dedupe too.
     assert [c["meta"] for c in upstream.calls] == [
