@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..engine import DeferredApproval, Executor, Registry
-from ..errors import AdapterError
+from ..errors import AdapterError, ToolUsageError
 from ._logging import log_hooks
 from ._opening import CliError, check_ledger_file, read_key
 
@@ -89,9 +89,9 @@ async def _open_ledger(args: argparse.Namespace) -> Any:
 async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
     """Serve the registry (and an upstream's tools) as an MCP server until the client leaves."""
     try:
-        from mcp import Client, StdioServerParameters
+        from mcp import StdioServerParameters
 
-        from ..bridges.mcp import Relay, drain, load_policy, mcp_server, proxy
+        from ..bridges.mcp import Upstream, drain, load_policy, mcp_server, proxy
     except ImportError as exc:
         raise CliError(
             f"mcp serve needs the mcp extra ({exc}); install it with: "
@@ -129,16 +129,20 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
                     else args.upstream_url
                 )
                 what = args.upstream or args.upstream_url
-                # The upstream's elicitation, sampling and log messages go to the client
-                # whose call is waiting (refused when that client did not declare them).
-                relay = Relay()
+                # One upstream connection per set of capabilities the clients declared
+                # (the one with none now: the check that the upstream works); its
+                # elicitation, sampling and log messages go to the client it serves.
                 try:
-                    upstream = await stack.enter_async_context(
-                        Client(target, **relay.client_options())
-                    )
+                    upstream = await stack.enter_async_context(Upstream(target))
                 except Exception as exc:
                     raise CliError(f"cannot reach the upstream {what}: {_reason(exc)}") from None
-                await proxy(registry, upstream, prefix=args.prefix, policy=policy, relay=relay)
+                try:
+                    await proxy(registry, upstream, prefix=args.prefix, policy=policy)
+                except (ToolUsageError, CliError):
+                    raise
+                except Exception as exc:
+                    # (A policy's capability sets are opened at start too.)
+                    raise CliError(f"cannot reach the upstream {what}: {_reason(exc)}") from None
             if not _exports(registry):
                 raise CliError("no tools to serve: pass --tools MODULE:ATTR or an upstream")
             # Over stdio the process has exactly one client (the host that started it): its

@@ -2,7 +2,8 @@
 
 ``mcp_server(registry)`` is an MCP server (the official SDK's low-level ``Server``) whose
 tools run through the executor's whole pipeline; ``proxy(registry, upstream)`` puts every
-tool of an upstream MCP server behind it. The bridge decides nothing: ids, approvals and
+tool of an upstream MCP server behind it (an ``Upstream``: one connection per set of
+capabilities its clients declared). The bridge decides nothing: ids, approvals and
 errors are mapped onto ``Executor.run_spec``. Import it as
 ``agent_adapter.integrations.mcp`` (the documented path) or from here. Needs the ``mcp``
 extra (``pip install 'agent-adapter[mcp]'``).
@@ -13,6 +14,7 @@ from ._policy import ToolPolicy, load_policy, parse_policy
 from ._proxy import UpstreamError, proxy
 from ._relay import Relay
 from ._server import drain, exported_tools, mcp_server
+from ._upstream import Upstream
 from ._wire import answering, answering_http
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "NAME",
     "Relay",
     "ToolPolicy",
+    "Upstream",
     "UpstreamError",
     "answering",
     "answering_http",

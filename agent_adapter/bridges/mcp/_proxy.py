@@ -19,9 +19,10 @@ it: the engine records a failure as text, so that text ends with the result's JS
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -32,12 +33,22 @@ from ...engine import Registry, ToolSpec, current_call
 from ...errors import AdapterError, ToolError, ToolTimeout, ToolUsageError
 from ._names import META_CALL_ID, META_RUN_ID
 from ._policy import ToolPolicy, parse_policy
-from ._relay import EXCHANGES_KEY, Downstream, Relay, current_downstream
+from ._relay import (
+    EXCHANGES_KEY,
+    Downstream,
+    Relay,
+    client_connection,
+    current_downstream,
+    forwarded_capabilities,
+)
+from ._upstream import NONE, Upstream, UpstreamSession, describe
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "RESULT_MARK",
+    "ClientView",
     "UpstreamError",
+    "client_view",
     "proxied_failure",
     "proxied_result",
     "proxy",
@@ -137,16 +148,106 @@ def proxied_result(value: Any) -> types.CallToolResult | None:
         return None
 
 
-class _Link:
-    """What the gateway knows about one upstream connection: whether it saw it close."""
+#: How a proxied body finds the upstream connection for the client it serves.
+_Route = Callable[[Downstream | None], Awaitable[UpstreamSession]]
 
-    def __init__(self) -> None:
-        self.closed = False
+#: Each proxied tool's body (of an ``Upstream``) -> that upstream and its tool's name.
+_ROUTED: weakref.WeakKeyDictionary[Callable[..., Any], tuple[Upstream, str]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Each registry -> the ``Upstream`` objects proxied into it.
+_UPSTREAMS: weakref.WeakKeyDictionary[Registry, list[Upstream]] = weakref.WeakKeyDictionary()
 
 
-def _body(
-    upstream: Any, link: _Link, tool: str, policy: ToolPolicy, relay: Relay | None
-) -> Callable[..., Any]:
+class ClientView:
+    """What one client sees of a registry's proxied tools: its upstream connections."""
+
+    def __init__(self, sessions: dict[Upstream, UpstreamSession]) -> None:
+        self._sessions = sessions
+
+    def _routed(self, spec: ToolSpec) -> tuple[Upstream, str] | None:
+        try:
+            return _ROUTED.get(spec.fn)
+        except TypeError:
+            return None
+
+    def shows(self, spec: ToolSpec) -> bool:
+        """False for a proxied tool the upstream does not list to this client."""
+        routed = self._routed(spec)
+        if routed is None:
+            return True
+        session = self._sessions.get(routed[0])
+        return session is not None and session.lists(routed[1])
+
+    def _place(self, spec: ToolSpec, rank: dict[str, int]) -> int:
+        routed = self._routed(spec)
+        return rank.get(routed[1], len(rank)) if routed is not None else len(rank)
+
+    def ordered(self, specs: list[ToolSpec]) -> list[ToolSpec]:
+        """``specs`` with each upstream's tools in the order it lists them to this client
+        (at the place of its first): a tool registered later is not listed last."""
+        groups: dict[Upstream, list[ToolSpec]] = {}
+        slots: list[ToolSpec | Upstream] = []
+        for spec in specs:
+            routed = self._routed(spec)
+            if routed is None or routed[0] not in self._sessions:
+                slots.append(spec)
+                continue
+            if routed[0] not in groups:
+                groups[routed[0]] = []
+                slots.append(routed[0])
+            groups[routed[0]].append(spec)
+        out: list[ToolSpec] = []
+        for slot in slots:
+            if not isinstance(slot, Upstream):
+                out.append(slot)
+                continue
+            rank = {name: i for i, name in enumerate(self._sessions[slot].tools or {})}
+            out.extend(sorted(groups[slot], key=functools.partial(self._place, rank=rank)))
+        return out
+
+    def listing(self, spec: ToolSpec) -> types.Tool | None:
+        """The upstream's ``tools/list`` entry for this client; None: not a proxied tool."""
+        routed = self._routed(spec)
+        if routed is not None:
+            session = self._sessions.get(routed[0])
+            if session is not None and session.tools is not None:
+                entry = session.tools.get(routed[1])
+                if entry is not None:
+                    return entry
+        return upstream_tool(spec)
+
+
+async def client_view(registry: Registry, session: Any) -> ClientView:
+    """The upstream connections that serve the client of ``session`` (a request's).
+
+    Opens, for each ``Upstream`` proxied into ``registry``, the connection for the
+    capabilities this client declared, when it is the first such client (its tools that
+    are new are registered then). Raises MCPError (internal error, naming the upstream
+    connection) when one cannot be opened: nothing was sent.
+    """
+    upstreams = _UPSTREAMS.get(registry)
+    if not upstreams:
+        return ClientView({})
+    capabilities = forwarded_capabilities(session)
+    connection = client_connection(session)
+    sessions: dict[Upstream, UpstreamSession] = {}
+    for upstream in upstreams:
+        try:
+            opened = await upstream.session(capabilities)
+        except Exception as exc:
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"cannot reach the upstream for a client that declared "
+                f"{describe(capabilities)}: {type(exc).__name__}: {exc}",
+            ) from None
+        if opened.relay is not None:
+            opened.relay.attach(connection)
+        sessions[upstream] = opened
+    return ClientView(sessions)
+
+
+def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
     timeout = policy.timeout if policy.timeout is not None else DEFAULT_TIMEOUT_S
     safe = policy.not_executed_on_error
 
@@ -154,7 +255,7 @@ def _body(
         # The upstream may have run it: ambiguous, unless the operator says otherwise.
         return ToolError(message) if safe else UpstreamError(message)
 
-    async def unlisted() -> bool:
+    async def unlisted(upstream: Any) -> bool:
         # "Unknown tool" proves nothing by itself (a tool may start, then fail in a way
         # that says so); an upstream that, asked now, lists no such tool never ran it.
         try:
@@ -168,6 +269,8 @@ def _body(
         return await attempt(current_downstream(), args)
 
     async def attempt(downstream: Downstream | None, args: dict[str, Any]) -> Any:
+        link = await route(downstream)
+        upstream, relay = link.client, link.relay
         if link.closed:
             # Seen closed by an earlier call: this one is never sent.
             raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
@@ -194,7 +297,7 @@ def _body(
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED:
                 link.closed = True  # this call may have reached it; the next ones cannot
-            elif await unlisted():
+            elif await unlisted(upstream):
                 raise ToolError(
                     f"upstream {tool} is not a tool of the upstream (it answered: {exc}); "
                     "it did not run"
@@ -232,6 +335,42 @@ def _confirm(tool: types.Tool, policy: ToolPolicy) -> bool:
     )
 
 
+def _route_to(upstream: Upstream, tool: str) -> _Route:
+    async def route(downstream: Downstream | None) -> UpstreamSession:
+        # The connection that declared what this client declared (none without one).
+        capabilities = NONE if downstream is None else downstream.capabilities
+        try:
+            session = await upstream.session(capabilities)
+        except Exception as exc:
+            raise ToolError(
+                f"upstream {tool}: cannot connect for a client that declared "
+                f"{describe(capabilities)} ({type(exc).__name__}: {exc}); nothing was sent"
+            ) from None
+        if not session.lists(tool):
+            raise ToolError(
+                f"upstream {tool} is not listed to a client that declared "
+                f"{describe(capabilities)}; nothing was sent"
+            )
+        return session
+
+    return route
+
+
+def _fixed(session: UpstreamSession) -> _Route:
+    async def route(downstream: Downstream | None) -> UpstreamSession:
+        return session
+
+    return route
+
+
+#: The capability sets the policy check may open at start, after the one with none.
+_SETS = [
+    frozenset({"elicitation"}),
+    frozenset({"sampling"}),
+    frozenset({"elicitation", "sampling"}),
+]
+
+
 async def proxy(
     registry: Registry,
     upstream: Any,
@@ -240,22 +379,38 @@ async def proxy(
     policy: Mapping[str, Any] | None = None,
     relay: Relay | None = None,
 ) -> list[ToolSpec]:
-    """Register every tool of ``upstream`` (an entered ``mcp.Client``) in ``registry``.
+    """Register every tool of ``upstream`` in ``registry``.
 
-    Each becomes a schema tool named ``prefix + name`` (its own input schema, validated
-    by the gateway before anything is sent) whose body calls the upstream. ``policy``
-    maps upstream tool names (before ``prefix``) to a ``ToolPolicy`` or a mapping of its
-    fields. ``relay`` (the one whose ``client_options()`` the upstream's ``Client`` was
-    built with) carries the upstream's elicitation, sampling and log messages to the
-    client whose call is waiting; progress is relayed with or without it. Returns the
-    new specs. Raises ToolUsageError, before registering anything,
-    when a name collides with a registry tool (naming both), when the policy names a
-    tool the upstream does not have, or when a policy entry or schema is invalid.
+    ``upstream`` is an entered ``Upstream`` (one connection per set of capabilities
+    the clients declared, so the upstream lists and asks each client only what it
+    declared) or an entered ``mcp.Client`` (one connection for every client, declaring
+    whatever that client was built with; ``relay`` is the one whose ``client_options()``
+    it was built with, which carries the upstream's elicitation, sampling and log
+    messages to the client whose call is waiting).
+
+    Each tool becomes a schema tool named ``prefix + name`` (its own input schema,
+    validated by the gateway before anything is sent) whose body calls the upstream.
+    ``policy`` maps upstream tool names (before ``prefix``) to a ``ToolPolicy`` or a
+    mapping of its fields. With an ``Upstream``, a tool listed only to clients with
+    capabilities is registered when the first such client arrives (one whose name a
+    registry tool has is not); a policy naming tools the capability-less connection
+    does not list opens the other capability sets at start to find them. Returns the
+    new specs. Raises ToolUsageError, before registering anything, when a name collides
+    with a registry tool (naming both), when the policy names a tool the upstream does
+    not have, or when a policy entry or schema is invalid.
     """
     policies = parse_policy(policy)
-    listed = await upstream.list_tools()
-    tools: list[types.Tool] = list(listed.tools)
-    names = {t.name for t in tools}
+    if isinstance(upstream, Upstream):
+        sessions = [await upstream.session(NONE)]
+        names = set(sessions[0].tools or {})
+        for capabilities in _SETS if set(policies) - names else ():
+            sessions.append(await upstream.session(capabilities))
+            names |= set(sessions[-1].tools or {})
+        tools = list({name: t for s in sessions for name, t in (s.tools or {}).items()}.values())
+    else:
+        listed = await upstream.list_tools()
+        tools = list(listed.tools)
+        names = {t.name for t in tools}
     missing = sorted(set(policies) - names)
     if missing:
         raise ToolUsageError(
@@ -267,9 +422,9 @@ async def proxy(
                 f"upstream tool {tool.name!r} (exported as {prefix + tool.name!r}) collides "
                 f"with the registry tool {prefix + tool.name!r}; pass a prefix"
             )
-    entries: list[tuple[str, dict[str, Any], Any, dict[str, Any]]] = []
-    link = _Link()
-    for tool in tools:
+    fixed = None if isinstance(upstream, Upstream) else UpstreamSession(upstream, relay, None, None)
+
+    def entry(tool: types.Tool) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
         rule = policies.get(tool.name, ToolPolicy())
         options: dict[str, Any] = {
             "description": tool.description or "",
@@ -278,8 +433,20 @@ async def proxy(
             "effect": rule.effect,
             "readonly": rule.readonly,
         }
-        body = _body(upstream, link, tool.name, rule, relay)
-        entries.append((prefix + tool.name, tool.input_schema, body, options))
+        route = _fixed(fixed) if fixed is not None else _route_to(upstream, tool.name)
+        return prefix + tool.name, tool.input_schema, _body(route, tool.name, rule), options
+
+    def register(
+        tool: types.Tool, made: tuple[str, dict[str, Any], Any, dict[str, Any]]
+    ) -> ToolSpec:
+        name, schema, body, options = made
+        spec = registry.add_schema_tool(name, schema, body, **options)
+        _LISTED[body] = tool
+        if isinstance(upstream, Upstream):
+            _ROUTED[body] = (upstream, tool.name)
+        return spec
+
+    entries = [entry(tool) for tool in tools]
     scratch = Registry()
     for name, schema, body, options in entries:
         # Checked in a scratch registry first: one bad schema or policy registers nothing.
@@ -287,8 +454,19 @@ async def proxy(
             scratch.add_schema_tool(name, schema, body, **options)
         except ToolUsageError as exc:
             raise ToolUsageError(f"upstream tool {name!r}: {exc}") from None
-    specs = []
-    for (name, schema, body, options), tool in zip(entries, tools, strict=True):
-        specs.append(registry.add_schema_tool(name, schema, body, **options))
-        _LISTED[body] = tool
+    specs = [register(tool, made) for tool, made in zip(tools, entries, strict=True)]
+    if isinstance(upstream, Upstream):
+        _UPSTREAMS.setdefault(registry, []).append(upstream)
+
+        def found(session: UpstreamSession) -> None:
+            # A connection opened for a new capability set: the tools only it lists.
+            for tool in (session.tools or {}).values():
+                if prefix + tool.name in registry:
+                    continue  # registered already, or a registry tool's name (it wins)
+                try:
+                    register(tool, entry(tool))
+                except ToolUsageError:
+                    continue  # a schema the registry refuses: not listed, not callable
+
+        upstream.on_open(found)
     return specs

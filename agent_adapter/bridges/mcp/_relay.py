@@ -9,31 +9,97 @@ is none) is recorded as a ``call.exchanged`` event of the waiting call, durable 
 the upstream hears the answer (``agent_adapter.engine.exchange_recorder``); an answer
 that cannot be recorded is not handed on (the upstream gets an error instead).
 Ledgers written before that kept them in the result's ``EXCHANGES_KEY``.
+
+A log message no call waits for goes to the one client connection the upstream
+connection serves, when it serves exactly one (a stdio gateway has one client); when it
+serves several (HTTP) it is dropped: the upstream addressed no one, and clients of one
+gateway may be different people. A client's ``logging/setLevel`` applies to what is
+relayed to it, in a call or not; a 2026-07-28 client gets log messages only in a call
+(the protocol has no channel outside one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.metadata
 import warnings
-from collections.abc import Iterator
+import weakref
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import mcp_types as types
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ...engine import ExchangeRecorder, exchange_recorder
 from ...errors import ToolUsageError
 
 __all__ = [
     "EXCHANGES_KEY",
+    "FORWARDED",
     "Downstream",
     "Relay",
+    "client_connection",
     "current_downstream",
     "downstream_of",
+    "forwarded_capabilities",
     "serving",
+    "set_log_level",
 ]
+
+#: The client capabilities the gateway forwards to an upstream (and declares to it only
+#: on a connection that serves clients that declared them). Roots are not forwarded.
+FORWARDED: tuple[str, ...] = ("elicitation", "sampling")
+
+#: Where a client connection's ``logging/setLevel`` is kept (``Connection.state``).
+_LEVEL_STATE = "io.agent-adapter/log-level"
+_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def client_connection(session: Any) -> Connection:
+    """The SDK's per-client ``Connection`` behind one request's ``ServerSession``.
+
+    mcp 2.3 makes a ``ServerSession`` per request and offers no public way from it (or
+    from the handler's context) to the connection it belongs to; the session keeps it as
+    ``_connection``. This is the one place that reads it, and it says so when a version
+    of the SDK no longer has it.
+    """
+    connection = getattr(session, "_connection", None)
+    if not isinstance(connection, Connection):
+        try:
+            version = importlib.metadata.version("mcp")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        raise RuntimeError(
+            f"the mcp SDK's {type(session).__name__} has no _connection (a "
+            f"mcp.server.connection.Connection) in mcp {version}: the gateway reads it to "
+            "route an upstream's requests to the right client; use mcp>=2.3,<3"
+        )
+    return connection
+
+
+def forwarded_capabilities(session: Any) -> frozenset[str]:
+    """Which of ``FORWARDED`` the client of ``session`` declared."""
+    caps = getattr(session, "client_capabilities", None)
+    if caps is None:
+        return frozenset()
+    return frozenset(name for name in FORWARDED if getattr(caps, name, None) is not None)
+
+
+def set_log_level(session: Any, level: str) -> None:
+    """Keep the client's ``logging/setLevel`` on its connection, for what is relayed."""
+    client_connection(session).state[_LEVEL_STATE] = level
+
+
+def _wanted(connection: Connection, level: str) -> bool:
+    floor = connection.state.get(_LEVEL_STATE)
+    if floor not in _LEVELS or level not in _LEVELS:
+        return True
+    return _LEVELS.index(level) >= _LEVELS.index(floor)
+
 
 #: Where a proxied call's recorded value kept what was asked and answered mid-call, in
 #: ledgers written before ``call.exchanged`` (still read: a replay leaves it out).
@@ -57,7 +123,9 @@ class Downstream:
     def __init__(self, ctx: Any) -> None:
         self.session = ctx.session
         #: the client connection (the SDK makes a session per request, on one connection)
-        self.connection = getattr(ctx.session, "_connection", ctx.session)
+        self.connection = client_connection(ctx.session)
+        #: which forwarded capabilities the client declared (picks the upstream connection)
+        self.capabilities = forwarded_capabilities(ctx.session)
         self.request_id = ctx.request_id
         meta = getattr(ctx, "meta", None)
         token = None
@@ -182,18 +250,34 @@ class Relay:
     one stream), so it goes to the client whose proxied calls are waiting: when calls of
     two connections wait at once it is refused rather than shown to a person who may not
     be the one asked (and a log line is dropped), and with no call waiting it is refused.
+    A log line with no call waiting goes to the one client connection attached (``attach``)
+    when there is exactly one.
     """
 
     def __init__(self) -> None:
         self._waiting: list[Downstream] = []
+        #: the client connections this upstream connection serves (while they live)
+        self._clients: weakref.WeakSet[Connection] = weakref.WeakSet()
 
-    def client_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``mcp.Client``: the callbacks that relay to the client."""
-        return {
-            "elicitation_callback": self._elicit,
-            "sampling_callback": self._sample,
-            "logging_callback": self._log,
-        }
+    def client_options(self, capabilities: Collection[str] | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``mcp.Client``: the callbacks that relay to the client.
+
+        The SDK's client declares a capability to the upstream when it has its callback:
+        ``capabilities`` (a subset of ``FORWARDED``) limits them to those; None declares
+        every one (a single upstream connection for every client, refused per call).
+        """
+        options: dict[str, Any] = {"logging_callback": self._log}
+        if capabilities is None or "elicitation" in capabilities:
+            options["elicitation_callback"] = self._elicit
+        if capabilities is None or "sampling" in capabilities:
+            options["sampling_callback"] = self._sample
+        return options
+
+    def attach(self, connection: Connection) -> None:
+        """``connection`` (a client's) is served by this upstream connection."""
+        if connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # (A 2026-07-28 connection lives one request and takes no log outside it.)
+            self._clients.add(connection)
 
     def enter(self, downstream: Downstream) -> None:
         """``downstream``'s call waits on this upstream (called in the call's body: what is
@@ -201,6 +285,7 @@ class Relay:
         if downstream.recorder is None:
             with contextlib.suppress(ToolUsageError):  # (not a body the executor runs)
                 downstream.recorder = exchange_recorder()
+        self.attach(downstream.connection)
         self._waiting.append(downstream)
 
     def leave(self, downstream: Downstream) -> None:
@@ -251,6 +336,19 @@ class Relay:
 
     async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
         target = self._target()
-        if target is None:
-            return  # no one client is waiting on this upstream: nobody to tell
-        await target.log(params)
+        if target is not None:
+            if _wanted(target.connection, params.level):
+                await target.log(params)
+            return
+        if self._waiting:
+            return  # calls of several connections wait: not guessed
+        clients = list(self._clients)
+        if len(clients) != 1:
+            return  # no call waits and no one client is served: nobody to tell
+        (client,) = clients
+        if not _wanted(client, params.level):
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            sending = client.log(params.level, params.data, params.logger)
+        await sending

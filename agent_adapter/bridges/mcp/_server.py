@@ -46,8 +46,8 @@ from ._approval import (
     read_state,
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
-from ._proxy import proxied_failure, proxied_result, upstream_tool
-from ._relay import downstream_of, serving
+from ._proxy import ClientView, client_view, proxied_failure, proxied_result, upstream_tool
+from ._relay import downstream_of, serving, set_log_level
 from ._results import refusal, success
 from ._wire import arguments_text
 
@@ -68,7 +68,7 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def exported_tools(registry: Registry) -> list[types.Tool]:
+def exported_tools(registry: Registry, view: ClientView | None = None) -> list[types.Tool]:
     """The ``tools/list`` entries: every tool whose ``targets`` include ``"mcp"``.
 
     ``inputSchema`` is the registry's own schema, untouched. Annotations say what the
@@ -77,12 +77,16 @@ def exported_tools(registry: Registry) -> list[types.Tool]:
     ``readOnlyHint`` only from ``Registry.tool(readonly=True)``, never guessed. A proxied
     tool is listed as its upstream listed it (title, outputSchema, annotations, _meta),
     under its exported name: the gateway's own rules are enforced, not advertised.
+    ``view`` (one client's) lists a proxied tool as the upstream listed it to that
+    client's capabilities, and leaves out one it does not list to them.
     """
-    return [_listed(spec) for spec in registry if spec.exported_to(NAME)]
+    if view is None:
+        view = ClientView({})
+    shown = [spec for spec in registry if spec.exported_to(NAME) and view.shows(spec)]
+    return [_listed(spec, view.listing(spec)) for spec in view.ordered(shown)]
 
 
-def _listed(spec: ToolSpec) -> types.Tool:
-    upstream = upstream_tool(spec)
+def _listed(spec: ToolSpec, upstream: types.Tool | None) -> types.Tool:
     if upstream is not None:
         update: dict[str, Any] = {"name": spec.name}
         if spec.readonly:  # the operator's policy says so
@@ -174,18 +178,29 @@ class _Gateway:
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        """Every exported tool, on one page (the list does not vary per connection)."""
-        return types.ListToolsResult(tools=exported_tools(self.registry))
+        """Every exported tool, on one page; a proxied one as its upstream lists it to a
+        client with this client's capabilities (left out when it lists it to none such)."""
+        view = await client_view(self.registry, ctx.session)
+        return types.ListToolsResult(tools=exported_tools(self.registry, view))
 
     async def set_logging_level(
         self, ctx: Any, params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
-        """``logging/setLevel``: accepted; the session applies it to what is relayed."""
+        """``logging/setLevel``: kept on the connection; applied to what is relayed."""
+        set_log_level(ctx.session, params.level)
         return types.EmptyResult()
 
     def _spec(self, name: str) -> ToolSpec:
         spec = self.registry.get(name) if name in self.registry else None
         if spec is None or not spec.exported_to(NAME):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
+        return spec
+
+    async def _visible(self, name: str, session: Any) -> ToolSpec:
+        """``_spec``, and unknown too when its upstream does not list it to this client
+        (for its capabilities): never run, nothing recorded."""
+        spec = self._spec(name)
+        if not (await client_view(self.registry, session)).shows(spec):
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
         return spec
 
@@ -213,7 +228,7 @@ class _Gateway:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         """One ``tools/call``: a result for everything but an unknown tool or a bad request."""
-        spec = self._spec(params.name)
+        spec = await self._visible(params.name, ctx.session)
         meta = _meta_of(params)
         pinned_call = _pinned(meta, META_CALL_ID)
         pinned_run = _pinned(meta, META_RUN_ID)
@@ -276,7 +291,7 @@ class _Gateway:
         name = params.get("name")
         if args is None or isinstance(args, Mapping) or not isinstance(name, str):
             return await call_next(ctx)
-        spec = self._spec(name)
+        spec = await self._visible(name, ctx.session)
         meta = params.get("_meta")
         meta = meta if isinstance(meta, Mapping) else {}
         call_ctx = CallContext(

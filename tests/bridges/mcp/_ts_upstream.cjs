@@ -305,14 +305,46 @@ const TOOLS = {
       _meta: { "example.com/trace": "t-err" },
     }),
   },
+  // The capabilities this connection's client declared (the gateway's, one per set).
+  declared_capabilities: {
+    description: "The client capabilities declared on this connection",
+    run: async () => text(JSON.stringify(server.getClientCapabilities() || {})),
+  },
+  // Listed (and run) only for a client that declared sampling.
+  sampling_only: {
+    description: "Asks the client's model; listed only to clients that declared sampling",
+    needs: "sampling",
+    run: async (args, extra) => {
+      const answer = await extra.sendRequest(
+        {
+          method: "sampling/createMessage",
+          params: { messages: [{ role: "user", content: { type: "text", text: "ping" } }], maxTokens: 5 },
+        },
+        CreateMessageResultSchema,
+      );
+      return text(`sampled: ${(answer.content && answer.content.text) || ""}`);
+    },
+  },
+  // Answers at once, then logs once the call is over (a log no call waits for).
+  log_later: {
+    description: "Logs a message after its call has ended",
+    run: async () => {
+      setTimeout(() => {
+        server.sendLoggingMessage({ level: "warning", data: "after the call" }).catch(() => {});
+      }, 20);
+      return text("will log");
+    },
+  },
 };
+
+const declared = (need) => !need || Boolean((server.getClientCapabilities() || {})[need]);
 
 const server = new Server(
   { name: "ts-upstream", version: "1.0.0" },
   { capabilities: { tools: {}, logging: {} } },
 );
 server.setRequestHandler(ListToolsRequestSchema, async () => ({
-  tools: Object.entries(TOOLS).map(([name, t]) => {
+  tools: Object.entries(TOOLS).filter(([, t]) => declared(t.needs)).map(([name, t]) => {
     const listed = { name, description: t.description, inputSchema: t.inputSchema || EMPTY };
     for (const key of ["title", "outputSchema", "annotations", "_meta"]) {
       if (t[key] !== undefined) listed[key] = t[key];
@@ -322,7 +354,7 @@ server.setRequestHandler(ListToolsRequestSchema, async () => ({
 }));
 server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
   const tool = TOOLS[request.params.name];
-  if (!tool) throw new McpError(-32602, `Tool ${request.params.name} not found`);
+  if (!tool || !declared(tool.needs)) throw new McpError(-32602, `Tool ${request.params.name} not found`);
   fs.appendFileSync(LOG, `${request.params.name}\n`);
   return tool.run(request.params.arguments || {}, extra);
 });

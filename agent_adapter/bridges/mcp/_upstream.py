@@ -1,0 +1,160 @@
+"""``Upstream``: one upstream MCP server, one connection per set of client capabilities.
+
+An upstream may list (and run) some tools only for a client that declared sampling or
+elicitation, and may ask a client only what it declared. So the gateway declares a
+capability to an upstream only on a connection that serves clients that declared it:
+one connection per distinct set of forwarded capabilities (of ``FORWARDED``: none,
+elicitation, sampling, both). The one with none is opened at start (the check that the
+upstream works); each other when the first client with that set arrives (over stdio
+another process of the command, for a URL another connection); all close with the
+gateway. Each has its own ``Relay`` and its own tool listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+
+from ._relay import FORWARDED, Relay
+
+__all__ = ["Upstream", "UpstreamSession"]
+
+#: No forwarded capability: what the gateway declares to its upstream at start.
+NONE: frozenset[str] = frozenset()
+
+
+class UpstreamSession:
+    """One connection to the upstream: its client, relay, listing, and whether it closed."""
+
+    def __init__(
+        self,
+        client: Any,
+        relay: Relay | None,
+        tools: dict[str, types.Tool] | None,
+        capabilities: frozenset[str] | None,
+    ) -> None:
+        self.client = client
+        self.relay = relay
+        #: the upstream's tools/list to this connection by name; None: not known (a
+        #: connection given by the caller, which serves every client)
+        self.tools = tools
+        #: what this connection declared (None: whatever its client was built with)
+        self.capabilities = capabilities
+        #: seen closed by a call (the next calls on it are never sent)
+        self.closed = False
+
+    def lists(self, name: str) -> bool:
+        return self.tools is None or name in self.tools
+
+
+def describe(capabilities: frozenset[str]) -> str:
+    """``"sampling and elicitation"``-style words for a capability set (``"none"``)."""
+    return " and ".join(sorted(capabilities)) or "none"
+
+
+class Upstream:
+    """An upstream MCP server reached by one ``mcp.Client`` per capability set.
+
+    ``target`` is what ``mcp.Client`` takes (``StdioServerParameters``, a URL, ...);
+    ``options`` are further ``mcp.Client`` keyword arguments (not its callbacks: each
+    connection's relay supplies those). Use it as ``async with Upstream(target) as up``
+    (which opens the connection that declares nothing, and fails as ``mcp.Client``
+    fails when the upstream cannot be reached), then ``proxy(registry, up)``.
+    """
+
+    def __init__(self, target: Any, **options: Any) -> None:
+        self._target = target
+        self._options = options
+        self._sessions: dict[frozenset[str], UpstreamSession] = {}
+        self._opening: dict[frozenset[str], asyncio.Future[UpstreamSession]] = {}
+        #: each connection's task -> the future of its opening
+        self._holders: dict[asyncio.Task[None], asyncio.Future[UpstreamSession]] = {}
+        self._closing = asyncio.Event()
+        self._closed = False
+        self._listeners: list[Callable[[UpstreamSession], None]] = []
+
+    async def __aenter__(self) -> Upstream:
+        await self.session(NONE)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def on_open(self, listener: Callable[[UpstreamSession], None]) -> None:
+        """Call ``listener`` with every connection opened from now on (before it is used)."""
+        self._listeners.append(listener)
+
+    def opened(self) -> list[UpstreamSession]:
+        """The connections open now."""
+        return list(self._sessions.values())
+
+    async def session(self, capabilities: frozenset[str]) -> UpstreamSession:
+        """The connection for clients that declared ``capabilities`` (opened if need be).
+
+        Raises what ``mcp.Client`` raises when it cannot connect (a later call tries
+        again), and RuntimeError once the upstream is closed.
+        """
+        capabilities = frozenset(capabilities) & frozenset(FORWARDED)
+        found = self._sessions.get(capabilities)
+        if found is not None:
+            return found
+        if self._closed:
+            raise RuntimeError("the upstream is closed")
+        opening = self._opening.get(capabilities)
+        if opening is None:
+            opening = asyncio.get_running_loop().create_future()
+            # (Retrieved even when every waiter went away: no "never retrieved" warning.)
+            opening.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._opening[capabilities] = opening
+            holder = asyncio.create_task(self._hold(capabilities, opening))
+            self._holders[holder] = opening
+            holder.add_done_callback(lambda task: self._holders.pop(task, None))
+        # Shielded: a caller that gives up does not cut the connection short for others.
+        return await asyncio.shield(opening)
+
+    async def _hold(
+        self, capabilities: frozenset[str], opening: asyncio.Future[UpstreamSession]
+    ) -> None:
+        # A task of its own per connection: the SDK's client runs a task group, which
+        # must be left in the task that entered it (the gateway closes from another).
+        closing = self._closing
+        relay = Relay()
+        options = {**self._options, **relay.client_options(capabilities)}
+        try:
+            from mcp import Client
+
+            async with Client(self._target, **options) as client:
+                listed = await client.list_tools()
+                session = UpstreamSession(
+                    client, relay, {t.name: t for t in listed.tools}, capabilities
+                )
+                self._sessions[capabilities] = session
+                for listener in self._listeners:
+                    listener(session)
+                opening.set_result(session)
+                await closing.wait()
+        except asyncio.CancelledError:
+            if not opening.done():
+                opening.cancel()
+            raise
+        except BaseException as exc:
+            if not opening.done():
+                opening.set_exception(exc)
+            # Otherwise the connection ended after it served: its calls saw it close.
+        finally:
+            if self._opening.get(capabilities) is opening:
+                del self._opening[capabilities]  # (a failed open is tried again later)
+
+    async def aclose(self) -> None:
+        """Close every connection (each ends in the task that opened it)."""
+        self._closed = True
+        self._closing.set()
+        holders = list(self._holders.items())
+        for holder, opening in holders:
+            if not opening.done():
+                holder.cancel()  # still connecting: nothing to close gracefully
+        if holders:
+            await asyncio.gather(*(h for h, _ in holders), return_exceptions=True)
