@@ -325,13 +325,17 @@ const TOOLS = {
       return text(`sampled: ${(answer.content && answer.content.text) || ""}`);
     },
   },
-  // Answers at once, then logs once the call is over (a log no call waits for).
+  // Answers at once, then logs once the file `when` exists (the test makes it after the
+  // call has ended: a log line no call waits for, whatever the machine's speed).
   log_later: {
-    description: "Logs a message after its call has ended",
-    run: async () => {
-      setTimeout(() => {
+    description: "Logs a message once the file `when` exists",
+    inputSchema: { type: "object", properties: { when: { type: "string" } }, required: ["when"] },
+    run: async (args) => {
+      const poll = setInterval(() => {
+        if (!fs.existsSync(args.when)) return;
+        clearInterval(poll);
         server.sendLoggingMessage({ level: "warning", data: "after the call" }).catch(() => {});
-      }, 20);
+      }, 10);
       return text("will log");
     },
   },

@@ -478,3 +478,15 @@ async def test_elicit_false_leaves_every_approval_to_the_port(mode: str) -> None
     # Both calls are one run (default_run_id), which is how the answer reached the second.
     assert {e.run_id for e in await events_of(ledger)} == {"desk"}
     await checked_audit(ledger)
+
+
+def test_the_sdks_private_connection_is_read_in_one_place_that_names_it() -> None:
+    """mcp 2.3 has no public way from a request to its connection: a session without
+    ``_connection`` is a clear error naming it, never a guess."""
+    from agent_adapter.bridges.mcp._relay import client_connection
+
+    class Session:
+        client_capabilities = None
+
+    with pytest.raises(RuntimeError, match=r"Session has no _connection \(a mcp\.server\."):
+        client_connection(Session())

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_helpers import Answers, checked_audit, ours
 from test_mcp_cli import CLI, audit_of, env, start_http
 
@@ -35,7 +38,7 @@ from agent_adapter.integrations.mcp import (
     mcp_server,
     proxy,
 )
-from agent_adapter.ledger import CallExchanged, Event, SQLiteLedger, replay
+from agent_adapter.ledger import CallExchanged, SQLiteLedger, replay
 
 pytestmark = pytest.mark.usefixtures("bounded")
 
@@ -549,3 +552,137 @@ async def test_a_question_is_never_shown_to_another_connections_person(
         'User response: action=accept, content={"response":"a"}'
     )
     assert log.read_text().splitlines() == ["test_elicitation", "test_elicitation"]
+
+
+async def answer_sampling(ctx: Any, params: Any) -> types.CreateMessageResult:
+    """A client's model, answering "pong" to whatever the upstream samples."""
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="pong"), model="m"
+    )
+
+
+async def what_each_client_sees(plain: Client, sampling: Client) -> dict[str, Any]:
+    """Listing, the sampling-only call and the upstream's record of declared capabilities."""
+    seen: dict[str, Any] = {}
+    for side, client in (("plain", plain), ("sampling", sampling)):
+        names = {t.name for t in (await client.list_tools()).tools}
+        seen[f"{side} lists"] = "sampling_only" in names
+        declared = await client.call_tool("declared_capabilities", {})
+        seen[f"{side} declared"] = sorted(json.loads(declared.content[0].text))  # type: ignore[union-attr]
+    with pytest.raises(MCPError, match="Unknown tool: sampling_only"):
+        await plain.call_tool("sampling_only", {})
+    sampled = await sampling.call_tool("sampling_only", {})
+    seen["sampled"] = sampled.content[0].text  # type: ignore[union-attr]
+    return seen
+
+
+#: A client without sampling does not see it; with it, its own model answers.
+SEEN = {
+    "plain lists": False,
+    "plain declared": [],
+    "sampling lists": True,
+    "sampling declared": ["sampling"],
+    "sampled": "sampled: pong",
+}
+
+
+def gateway_over_stdio(tmp_path: Path, name: str) -> StdioServerParameters:
+    """`mcp serve` over stdio in front of the TS upstream (its own ledger and log)."""
+    upstream = f"{NODE} {TS_UPSTREAM} {tmp_path / 'upstream.log'}"
+    return StdioServerParameters(
+        command=CLI[0],
+        args=[*CLI[1:], "mcp", "serve", "--db", str(tmp_path / f"{name}.db"),
+              "--upstream", upstream],
+        env=env(tmp_path / "ran.log"),
+        cwd=HERE,
+    )  # fmt: skip
+
+
+async def test_stdio_gateways_declare_to_the_upstream_only_what_their_client_declared(
+    node: Path, tmp_path: Path
+) -> None:
+    """Two stdio gateways, one client each: the upstream lists and asks per client."""
+    async with (
+        Client(gateway_over_stdio(tmp_path, "plain"), mode="legacy") as plain,
+        Client(
+            gateway_over_stdio(tmp_path, "sampling"),
+            mode="legacy",
+            sampling_callback=answer_sampling,
+        ) as sampling,
+    ):
+        seen = await what_each_client_sees(plain, sampling)
+    assert seen == SEEN
+    # The unknown tool was never sent, nor recorded.
+    events, audit = await audit_of(tmp_path / "plain.db")
+    assert [e.tool for e in events if e.type == "call.started"] == ["declared_capabilities"]
+    assert audit.problems() == []
+    ran = (tmp_path / "upstream.log").read_text().splitlines()
+    assert sorted(ran) == ["declared_capabilities"] * 2 + ["sampling_only"]
+
+
+async def test_an_http_gateway_serves_two_clients_of_different_capabilities_at_once(
+    node: Path, tmp_path: Path
+) -> None:
+    """One HTTP gateway, both clients connected: an upstream connection per set."""
+    db = tmp_path / "ledger.db"
+    proc, url = await start_http(
+        "--db", str(db), "--upstream", f"{node} {TS_UPSTREAM} {tmp_path / 'upstream.log'}",
+        log=tmp_path / "ran.log",
+    )  # fmt: skip
+    try:
+        async with (
+            Client(url, mode="legacy") as plain,
+            Client(url, mode="legacy", sampling_callback=answer_sampling) as sampling,
+        ):
+            seen = await what_each_client_sees(plain, sampling)
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert seen == SEEN
+    events, audit = await audit_of(db)
+    assert sorted(e.tool for e in events if e.type == "call.succeeded") == [
+        "declared_capabilities",
+        "declared_capabilities",
+        "sampling_only",
+    ]
+    assert audit.problems() == []
+
+
+async def test_a_log_line_after_the_call_reaches_the_one_client(node: Path, tmp_path: Path) -> None:
+    """No call waits on the upstream: its log line goes to the one client it serves."""
+    logged: list[Any] = []
+    arrived = asyncio.Event()
+
+    async def log_line(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append((params.level, params.data))
+        arrived.set()
+
+    async with ts_gateway(tmp_path) as (server, _, _):
+        async with Client(server, mode="legacy", logging_callback=log_line) as client:
+            go = tmp_path / "go"
+            answered = await client.call_tool("log_later", {"when": str(go)})
+            go.touch()  # the call is over: the upstream logs now
+            async with asyncio.timeout(60):  # a bound on a hang, not a measured delay
+                await arrived.wait()
+    assert answered.content[0].text == "will log"  # type: ignore[union-attr]
+    assert logged == [("warning", "after the call")]
+
+
+async def test_the_clients_log_level_applies_to_what_is_relayed(node: Path, tmp_path: Path) -> None:
+    """The upstream's info lines reach the client, until it sets its level to error."""
+    logged: list[Any] = []
+
+    async def log_line(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    async with ts_gateway(tmp_path) as (server, _, _):
+        async with Client(server, mode="legacy", logging_callback=log_line) as client:
+            await client.call_tool("test_tool_with_logging", {})
+            before = list(logged)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level("error")
+            done = await client.call_tool("test_tool_with_logging", {})
+    assert before == ["Tool execution started", "Tool processing data", "Tool execution completed"]
+    assert done.content[0].text == "Tool with logging executed successfully"  # type: ignore[union-attr]
+    assert logged == before  # the second call's info lines were not relayed
