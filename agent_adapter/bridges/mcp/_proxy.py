@@ -403,7 +403,9 @@ async def proxy(
     if isinstance(upstream, Upstream):
         sessions = [await upstream.session(NONE)]
         names = set(sessions[0].tools or {})
-        for capabilities in _SETS if set(policies) - names else ():
+        for capabilities in _SETS:
+            if not set(policies) - names:
+                break
             sessions.append(await upstream.session(capabilities))
             names |= set(sessions[-1].tools or {})
         tools = list({name: t for s in sessions for name, t in (s.tools or {}).items()}.values())

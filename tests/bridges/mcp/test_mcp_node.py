@@ -30,6 +30,7 @@ from mcp_helpers import Answers, checked_audit, ours
 from test_mcp_cli import CLI, audit_of, env, start_http
 
 from agent_adapter import Executor, Registry
+from agent_adapter.errors import ToolUsageError
 from agent_adapter.integrations.mcp import (
     META_CALL_ID,
     META_KIND,
@@ -686,3 +687,20 @@ async def test_the_clients_log_level_applies_to_what_is_relayed(node: Path, tmp_
     assert before == ["Tool execution started", "Tool processing data", "Tool execution completed"]
     assert done.content[0].text == "Tool with logging executed successfully"  # type: ignore[union-attr]
     assert logged == before  # the second call's info lines were not relayed
+
+
+async def test_a_policy_may_name_a_tool_listed_only_to_clients_with_sampling(
+    node: Path, tmp_path: Path
+) -> None:
+    """Found on the connection that declares sampling (opened at start for it); it stays
+    hidden from a client without sampling. A name no connection lists is still refused."""
+    policy = {"sampling_only": {"effect": "sample-once"}}
+    async with ts_gateway(tmp_path, policy) as (server, executor, _):
+        effect = executor.registry.get("sampling_only").effect
+        async with Client(server, mode="legacy") as plain:
+            names = {t.name for t in (await plain.list_tools()).tools}
+    assert effect == "sample-once"
+    assert "sampling_only" not in names and "declared_capabilities" in names
+    with pytest.raises(ToolUsageError, match=r"does not have: \['sampling_onyl'\]"):
+        async with ts_gateway(tmp_path, {"sampling_onyl": {"effect": "x"}}):
+            pass
