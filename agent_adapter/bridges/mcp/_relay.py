@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib.metadata
 import warnings
 import weakref
 from collections.abc import Collection, Iterator
-from typing import Any
+from typing import Any, overload
 
 import mcp_types as types
 from mcp.server.connection import Connection
@@ -59,16 +60,23 @@ _LEVEL_STATE = "io.agent-adapter/log-level"
 _LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def client_connection(session: Any) -> Connection:
+@overload
+def client_connection(session: Any) -> Connection: ...
+@overload
+def client_connection(session: Any, *, required: bool) -> Connection | None: ...
+def client_connection(session: Any, *, required: bool = True) -> Connection | None:
     """The SDK's per-client ``Connection`` behind one request's ``ServerSession``.
 
     mcp 2.3 makes a ``ServerSession`` per request and offers no public way from it (or
     from the handler's context) to the connection it belongs to; the session keeps it as
     ``_connection``. This is the one place that reads it, and it says so when a version
-    of the SDK no longer has it.
+    of the SDK no longer has it (``required=False``: None instead, for what can do
+    without it, such as the session id a ``peer`` names).
     """
     connection = getattr(session, "_connection", None)
     if not isinstance(connection, Connection):
+        if not required:
+            return None
         try:
             version = importlib.metadata.version("mcp")
         except importlib.metadata.PackageNotFoundError:
@@ -122,8 +130,6 @@ class Downstream:
 
     def __init__(self, ctx: Any) -> None:
         self.session = ctx.session
-        #: the client connection (the SDK makes a session per request, on one connection)
-        self.connection = client_connection(ctx.session)
         #: which forwarded capabilities the client declared (picks the upstream connection)
         self.capabilities = forwarded_capabilities(ctx.session)
         self.request_id = ctx.request_id
@@ -136,9 +142,15 @@ class Downstream:
         self.progress_token: str | int | None = token
         #: who answers what is relayed (``call.exchanged``'s ``peer``): the client's
         #: ``clientInfo`` and its transport session, as far as they are known
-        self.peer = _peer(ctx.session, self.connection)
+        self.peer = _peer(ctx.session, client_connection(ctx.session, required=False))
         #: the waiting call's recorder, taken inside its body (``Relay.enter``)
         self.recorder: ExchangeRecorder | None = None
+
+    @functools.cached_property
+    def connection(self) -> Connection:
+        """The client connection (the SDK makes a session per request, on one connection);
+        read when an upstream's message is routed (``client_connection``)."""
+        return client_connection(self.session)
 
     def declared(self, capability: str) -> bool:
         caps = getattr(self.session, "client_capabilities", None)
