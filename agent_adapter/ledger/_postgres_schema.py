@@ -19,14 +19,16 @@ pooler in transaction mode cannot point a statement at another schema):
   events deleted from the end (the MAC is ``_head_mac``, as the SQLite head's).
 - ``effect_claims(key, seq, holder, horizon)``: the last claim of each effect key,
   written in the transaction that appends the ``effect.claimed`` event.
-- ``append_events(...)`` (schema version 2): the function one append transaction is,
-  so that a commit is one round trip (see ``append_function_sql``).
+- ``append_events(...)`` (schema version 2; its body changed in version 3): the function
+  one append transaction is, so that a commit is one round trip (see ``append_function_sql``).
 
 Indexes: ``events_run_id (run_id, seq)`` and ``events_call_run (call_id, run_id, seq)``
 (schema version 2; version 1 had ``events_call_id (call_id, seq)``, which scanned every
 run's rows of a call id when one call of one run was read). A writer that opens a
-version 1 schema migrates it (``migrate``): the function, then the index built
-``CONCURRENTLY`` (appends of writers already running go on meanwhile), then the version.
+version 1 or 2 schema migrates it (``migrate``): the function (created, or replaced in
+place: version 2's found the table's end with a scan of the whole table), then, from
+version 1, the index built ``CONCURRENTLY`` (appends of writers already running go on
+meanwhile), then the version.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ __all__ = [
 ]
 
 #: The schema version this version writes; a schema with a higher one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FORMAT = "agent-adapter-ledger"
 _TABLES = frozenset({"meta", "events", "head", "effect_claims"})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -149,7 +151,7 @@ CLAIM_RACE = "agent-adapter: an effect claim was written around the head lock"
 
 
 def append_function_sql(schema: str) -> str:
-    """``CREATE OR REPLACE FUNCTION`` of the schema's append function (version 2).
+    """``CREATE OR REPLACE FUNCTION`` of the schema's append function (version 3).
 
     One call is one append transaction, so a commit is one round trip (called outside a
     transaction block, the statement is the transaction: it commits when it returns):
@@ -158,7 +160,10 @@ def append_function_sql(schema: str) -> str:
        the head the rows were chained on (``p_head_*``). Another one: answer ``STALE``,
        the head, and the rows past ``p_since`` (what the caller's followers have not
        heard), writing nothing; the caller chains again on it.
-    2. the table must end at the head (its row there, nothing past it), else ``UNEVEN``.
+    2. the table must end at the head (its last row is the head's), else ``UNEVEN``:
+       one probe of the primary key's end, whatever the plan (every statement here is
+       planned once per connection without its parameters' values, so none may depend
+       on them to stay off a scan of the table).
     3. the claims (``p_key``...): one another holder has, past the claimer's horizon,
        answers ``CLAIMED`` (the same rule as the insert's ``WHERE``), writing nothing.
     4. the claims upserted, the rows inserted from an array of the table's rows
@@ -183,6 +188,7 @@ RETURNS TABLE (o_kind text, o_seq bigint, o_text text, o_hash text, o_payload by
 LANGUAGE plpgsql AS $fn$
 DECLARE
     h record;
+    t record;
     n bigint;
     new_seq bigint := p_head_seq + coalesce(cardinality(p_rows), 0);
 BEGIN
@@ -198,13 +204,15 @@ BEGIN
         RETURN QUERY SELECT 'stale'::text, h.seq, h.mac, h.hash, NULL::bytea;
         IF p_since IS NOT NULL THEN
             RETURN QUERY SELECT 'row'::text, e.seq, e.prev, e.hash, e.payload
-                FROM {s}.events e WHERE e.seq > p_since ORDER BY e.seq;
+                FROM {s}.events e WHERE e.seq > p_since AND e.seq <= h.seq ORDER BY e.seq;
         END IF;
         RETURN;
     END IF;
-    IF NOT ((p_head_seq = 0 OR EXISTS (SELECT 1 FROM {s}.events e
-                WHERE e.seq = p_head_seq AND e.hash = p_head_hash))
-            AND NOT EXISTS (SELECT 1 FROM {s}.events e WHERE e.seq > p_head_seq)) THEN
+    -- The table's last row, through the primary key whatever the plan (a generic plan
+    -- of "EXISTS (... WHERE seq > $1)" scans the whole table, under the head lock).
+    SELECT e.seq, e.hash INTO t FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
+    IF NOT (CASE WHEN FOUND THEN t.seq = p_head_seq AND t.hash = p_head_hash
+                 ELSE p_head_seq = 0 END) THEN
         IF p_quiet THEN
             PERFORM set_config('synchronous_commit', 'off', true);
         END IF;
@@ -246,10 +254,12 @@ def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
     """The statements that bring a schema of ``version`` to ``SCHEMA_VERSION``, each with
     whether it must run outside a transaction block (``CONCURRENTLY``)."""
     s = q(schema)
-    steps: list[tuple[str, bool]] = []
+    # The function as this version writes it (version 2's found the table's end with a
+    # statement whose generic plan scans the whole table: replaced in place, same
+    # signature, so writers of version 2 still running call the new one).
+    steps: list[tuple[str, bool]] = [(append_function_sql(schema), False)]
     if version < 2:
         steps += [
-            (append_function_sql(schema), False),
             # Built without blocking the writers that run meanwhile (an older version's
             # included); an invalid index a crashed build left is dropped first.
             (
