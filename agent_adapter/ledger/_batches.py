@@ -118,9 +118,14 @@ def hand_over(
 
 def wake(batches: list[Batch]) -> None:
     """Settle ``batches`` on their loops: one hop back per loop (normally one loop), not
-    one per waiter. Safe from any thread."""
+    one per waiter. Safe from any thread; on the batches' own loop (a writer task, as
+    Postgres's) at once, without the hop (a write to the loop's self-pipe, a read, and
+    one more turn of the loop for every commit)."""
     loop = batches[0].future.get_loop()
     if len(batches) == 1 or all(b.future.get_loop() is loop for b in batches):
+        if _running_loop() is loop:
+            settle_batches(batches)
+            return
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle_batches, batches)
         return
@@ -130,6 +135,14 @@ def wake(batches: list[Batch]) -> None:
     for loop, group in by_loop.items():
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle_batches, group)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop running in this thread, or None (a writer thread)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _decoded(events: list[Event], rows: list[tuple[Any, ...]]) -> list[Event]:

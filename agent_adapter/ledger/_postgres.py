@@ -351,6 +351,7 @@ class PostgresLedger(GroupCommit):
         self._holders.pop(follower, None)
 
     _KEY_HINT = "PostgresLedger(dsn, key=...)"
+    _HAND_OVER_AT_ONCE = True  # the writer is a task of this loop (PgWriter)
 
     def _where(self) -> str:
         return self.where

@@ -1,8 +1,10 @@
 """The front of a group commit, shared by the stores that have a writer (SQLite, Postgres).
 
 Appends made in one loop iteration are staged and handed to the store's writer together,
-so all appenders woken by one commit join the next one. Each store supplies its writer
-(``_put_staged``), its name for messages (``_where``) and how to pass a key (``_KEY_HINT``).
+so all appenders woken by one commit join the next one (a writer task of the same loop
+gets each at once: it runs after this iteration anyway, so they still come together).
+Each store supplies its writer (``_put_staged``), its name for messages (``_where``) and
+how to pass a key (``_KEY_HINT``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ class GroupCommit(Followers):
 
     #: how the store's constructor takes a key, for the message of a keyed ledger
     _KEY_HINT = ""
+    #: True when the writer is a task of the appenders' loop: it takes everything
+    #: staged when it next runs, so each append is handed over at once (a thread would
+    #: start a transaction with the first one, so its store waits for the loop's turn)
+    _HAND_OVER_AT_ONCE = False
     _closed: bool
     _keyed: bool
     _key: bytes | None
@@ -90,7 +96,9 @@ class GroupCommit(Followers):
             # Follow.committed relies on it.
             owner.staged += 1
             self._staged.append(Batch(events, future, owner.horizon, owner))
-        if not self._kick_scheduled:
+        if self._HAND_OVER_AT_ONCE:
+            self._kick()
+        elif not self._kick_scheduled:
             # Hand everything staged in this loop iteration to the writer at once: all
             # appenders woken by one commit join the next one together.
             self._kick_scheduled = True

@@ -457,3 +457,42 @@ async def test_a_version_2_ledger_gets_the_new_function_from_its_first_writer(
     new = append_function_sql(pg_schema).split("$fn$")[1]
     assert new != old
     assert await _schema_state(postgres_dsn, pg_schema) == ("3", new)
+
+
+async def test_appends_of_one_loop_turn_share_one_commit_and_wake_without_a_hop(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """The writer is a task of the appenders' loop: each append is handed to it at once,
+    yet the appends of one turn of the loop still go in one call (one commit), and
+    their waiters are woken from the task directly, not through the loop's thread-safe
+    queue (a self-pipe write, a read and one more turn for every commit)."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(CallRequested(ts=1.0, run_id="r", call_id="c", tool="t", args={}))
+        writer = ledger._writer
+        assert writer is not None
+        counting = _Counting(writer._conn)
+        writer._conn = counting
+        loop = asyncio.get_running_loop()
+        hops: list[Any] = []
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            hops.append(args[0])
+            return threadsafe(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        try:
+            added = await asyncio.gather(
+                *(
+                    ledger.append(
+                        CallRequested(ts=1.0, run_id="r", call_id=f"c{i}", tool="t", args={})
+                    )
+                    for i in range(10)
+                )
+            )
+        finally:
+            del loop.call_soon_threadsafe
+        assert counting.calls == ["fetch"]
+        assert sorted(e.seq for e in added) == list(range(2, 12))
+        assert hops == []
+        assert await ledger.verify() == Verification(ok=True, checked=11)
