@@ -13,7 +13,7 @@ import importlib.metadata
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -47,8 +47,9 @@ from ._approval import (
 )
 from ._names import APPROVAL_SCHEMA, META_CALL_ID, META_RUN_ID, NAME
 from ._proxy import ClientView, client_view, proxied_failure, proxied_result, upstream_tool
-from ._relay import downstream_of, serving, set_log_level
+from ._relay import Downstream, downstream_of, serving, set_log_level
 from ._results import refusal, success
+from ._waiting import WaitingCall, WaitingCalls, read_wait_state
 from ._wire import arguments_text
 
 __all__ = ["drain", "exported_tools", "mcp_server"]
@@ -163,6 +164,7 @@ class _Gateway:
         elicit: bool,
         state_ttl_s: float,
         default_run_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self.default_run_id = default_run_id
@@ -174,6 +176,8 @@ class _Gateway:
         self.used: dict[str, float] = {}
         #: calls running on behalf of a client; a disconnect does not cancel them
         self.running: set[asyncio.Task[Any]] = set()
+        #: proxied calls of 2026-07-28 clients, whose upstream's questions wait for a retry
+        self.waiting = WaitingCalls(ttl_s=state_ttl_s, clock=clock)
 
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
@@ -234,7 +238,14 @@ class _Gateway:
         pinned_run = _pinned(meta, META_RUN_ID)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         state: CallState | None = None
+        if modern:
+            self.waiting.sweep()
         if modern and params.request_state is not None:
+            waited = read_wait_state(params.request_state)
+            if waited is not None:
+                # The answer to the upstream's question: the running call carries on.
+                call = self.waiting.answer(waited, spec.name, params.input_responses, ctx)
+                return await self._outcome(spec, call)
             state = self._use_state(params.request_state)
             call_id, run_id = state.call_id, state.run_id
         else:
@@ -264,11 +275,34 @@ class _Gateway:
                 else:
                     decision = await _ask_now(ctx, message, call_digest, reviewer)
         call_ctx = CallContext(run_id=run_id, call_id=call_id, approval=decision, metadata=METADATA)
-        with serving(downstream_of(ctx)):
+        waiting: WaitingCall | None = None
+        downstream: Downstream
+        if modern and upstream_tool(spec) is not None:
+            # Its upstream may ask mid-call: the question goes out as InputRequiredResult.
+            waiting, downstream = self.waiting.open(ctx, spec.name, call_id, run_id)
+        else:
+            downstream = downstream_of(ctx)
+        with serving(downstream):
             # (The task copies the context: a proxied body finds its client there.)
             task = asyncio.ensure_future(self.executor.run_spec(spec, args, call_ctx))
         self.running.add(task)
         task.add_done_callback(self._done)
+        if waiting is not None:
+            waiting.bind(task)
+            return await self._outcome(spec, waiting)
+        return await self._result(spec, task)
+
+    async def _outcome(
+        self, spec: ToolSpec, call: WaitingCall
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The upstream's next question for the client, or the call's result."""
+        question = await call.next()
+        if question is not None:
+            return question
+        assert call.task is not None
+        return await self._result(spec, call.task)
+
+    async def _result(self, spec: ToolSpec, task: asyncio.Task[Any]) -> types.CallToolResult:
         try:
             # Shielded: a client that disconnects (or cancels the request) mid-call does not
             # cancel the body, so the call ends with its real outcome, not an ambiguous one.
@@ -315,7 +349,12 @@ class _Gateway:
             task.exception()  # retrieved: the outcome is in the ledger already
 
     async def drain(self) -> None:
-        """Wait for the calls still running (their clients gone) to record their outcome."""
+        """Wait for the calls still running (their clients gone) to record their outcome.
+
+        A question waiting for a 2026-07-28 client's retry is refused to its upstream now:
+        no retry can reach a server shutting down.
+        """
+        self.waiting.expire_all()
         while self.running:
             await asyncio.gather(*self.running, return_exceptions=True)
 
@@ -395,6 +434,7 @@ def mcp_server(
     elicit: bool = True,
     request_state: RequestStateSecurity | None = None,
     default_run_id: str | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Server[Any]:
     """An MCP ``Server`` (the SDK's low-level one) exporting ``registry``'s MCP tools.
 
@@ -408,7 +448,10 @@ def mcp_server(
     several replicas). ``default_run_id`` is the run of calls whose client sends no
     ``io.agent-adapter/run-id`` (None: a fresh run per call); give one only when the
     server has one client (stdio), since a run shares limits and deferred decisions.
-    Serve it with ``server.run(...)`` (stdio) or
+    A proxied call of a 2026-07-28 client whose upstream asks mid-call answers the client
+    with an ``InputRequiredResult`` and keeps running; a question not answered within
+    ``request_state``'s TTL, by ``clock`` (default ``time.monotonic``), is refused to the
+    upstream. Serve it with ``server.run(...)`` (stdio) or
     ``server.streamable_http_app()``.
     """
     executor = executor if executor is not None else get_default_executor()
@@ -421,6 +464,7 @@ def mcp_server(
         elicit=elicit,
         state_ttl_s=security.ttl,
         default_run_id=default_run_id,
+        clock=time.monotonic if clock is None else clock,
     )
     with warnings.catch_warnings():
         # logging/setLevel is deprecated from 2026-07-28 on, and still what a client of
