@@ -238,19 +238,21 @@ class _Gateway:
         pinned_run = _pinned(meta, META_RUN_ID)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         state: CallState | None = None
-        if modern:
-            self.waiting.sweep()
         if modern and params.request_state is not None:
             waited = read_wait_state(params.request_state)
             if waited is not None:
                 # The answer to the upstream's question: the running call carries on.
                 call = self.waiting.answer(waited, spec.name, params.input_responses, ctx)
+                self.waiting.sweep()
                 return await self._outcome(spec, call)
             state = self._use_state(params.request_state)
             call_id, run_id = state.call_id, state.run_id
         else:
             call_id = pinned_call or _fresh("call")
             run_id = pinned_run or self.default_run_id or _fresh("run")
+        if modern:
+            # (After a retry's own check, so a late retry is told that it is late.)
+            self.waiting.sweep()
         args = _sized(params.arguments if params.arguments is not None else {})
         ctx_ids = CallContext(run_id=run_id, call_id=call_id, metadata=METADATA)
         decision: Decision | None = None

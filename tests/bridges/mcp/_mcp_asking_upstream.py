@@ -1,0 +1,65 @@
+"""An upstream MCP server (the SDK's MCPServer) whose tools ask the client mid-call.
+
+Run as ``python _mcp_asking_upstream.py LOG`` (stdio), reached by a gateway whose upstream
+client is on the handshake era: each question is an ``elicitation/create`` or
+``sampling/createMessage`` request nested in the running ``tools/call``, open until the
+gateway answers it. Every body appends ``<tool> <what happened>`` to LOG, so a test sees
+across processes what ran and what each question was answered.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+LOG = sys.argv[1] if len(sys.argv) > 1 else "/dev/null"
+server = MCPServer("asking")
+
+
+class Go(BaseModel):
+    go: bool
+
+
+def ran(line: str) -> None:
+    with open(LOG, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+
+
+@server.tool()
+async def transfer(amount: int, ctx: Context) -> str:
+    """Send money after asking twice; each answer is logged."""
+    ran(f"transfer started {amount}")
+    for question in (f"Send {amount}?", "Really?"):
+        try:
+            answer = await ctx.elicit(question, Go)
+        except Exception as exc:
+            ran(f"transfer {question} failed: {exc}")
+            raise
+        ran(f"transfer {question} {answer.action}")
+        if answer.action != "accept" or not answer.data.go:
+            return f"not sent: {answer.action}"
+    ran(f"transfer sent {amount}")
+    return f"sent {amount}"
+
+
+@server.tool()
+async def summarize(text: str, ctx: Context) -> str:
+    """Ask the client's model for a summary."""
+    result = await ctx.request_context.session.create_message(
+        messages=[
+            types.SamplingMessage(role="user", content=types.TextContent(type="text", text=text))
+        ],
+        max_tokens=5,
+        related_request_id=ctx.request_id,
+    )
+    content = result.content
+    said = content.text if isinstance(content, types.TextContent) else "?"
+    ran(f"summarize {said}")
+    return f"summary: {said}"
+
+
+if __name__ == "__main__":
+    server.run()

@@ -1,0 +1,413 @@
+"""A 2026-07-28 client answers a proxied upstream's mid-call question (InputRequiredResult).
+
+The upstream (``_mcp_asking_upstream.py``, a real MCPServer subprocess over stdio) asks
+with a request nested in its running ``tools/call``; the gateway's client is the real
+``mcp.Client`` in 2026-07-28 mode, which gets each question as an ``InputRequiredResult``
+and retries with the answer. The upstream's request stays open across the retries, and
+the executor sees one call with one outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_helpers import by_call, checked_audit, events_of, ours
+from test_mcp_node import node, ts_gateway  # noqa: F401  (node: the fixture)
+
+from agent_adapter import Executor, Registry
+from agent_adapter.integrations.mcp import META_KIND, Relay, drain, mcp_server, proxy
+from agent_adapter.ledger import MemoryLedger, replay
+
+pytestmark = pytest.mark.usefixtures("bounded")
+
+UPSTREAM = Path(__file__).with_name("_mcp_asking_upstream.py")
+MODERN = "2026-07-28"
+ONE_CALL = ["call.requested", "call.validated", "call.started", "call.succeeded"]
+TTL_S = 30.0
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    tmp_path: Path, policy: dict[str, Any] | None = None, clock: Clock | None = None
+) -> AsyncIterator[tuple[Any, Executor, Path]]:
+    """The asking upstream behind an in-process gateway; its log of what ran."""
+    log = tmp_path / "upstream.log"
+    relay = Relay()
+    registry = Registry()
+
+    @registry.tool
+    def lookup(order_id: str) -> str:
+        return order_id
+
+    params = StdioServerParameters(command=sys.executable, args=[str(UPSTREAM), str(log)])
+    executor = Executor(registry, ledger=MemoryLedger())
+    # The handshake era towards the upstream: its questions are requests it keeps open.
+    async with Client(params, mode="legacy", **relay.client_options()) as upstream:
+        await proxy(registry, upstream, policy=policy, relay=relay)
+        yield (
+            mcp_server(
+                registry,
+                executor=executor,
+                request_state=RequestStateSecurity.ephemeral(ttl=TTL_S),
+                clock=clock,
+            ),
+            executor,
+            log,
+        )
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def table(server: Any) -> dict[str, Any]:
+    """The gateway's waiting calls (empty once every call has ended)."""
+    return dict(server.agent_adapter_gateway.waiting.calls)
+
+
+async def ended(server: Any) -> None:
+    """Every call body of ``server`` has recorded its outcome (no client is waited for)."""
+    await asyncio.gather(*server.agent_adapter_gateway.running, return_exceptions=True)
+
+
+async def by_hand(ctx: Any, params: Any) -> types.ElicitResult:
+    """Declares elicitation; the test answers each InputRequiredResult itself."""
+    raise AssertionError("the test drives the rounds itself")
+
+
+def go(value: bool) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"go": value})
+
+
+async def test_accept_returns_the_upstreams_result_in_one_call(tmp_path: Path) -> None:
+    """Two questions, two retries: the upstream ran once, the ledger has one call."""
+    asked: list[str] = []
+
+    async def person(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return go(True)
+
+    async with gateway(tmp_path) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=person) as client:
+            result = await client.call_tool("transfer", {"amount": 3})
+        assert table(server) == {}
+    assert result.content == [types.TextContent(type="text", text="sent 3")]
+    assert asked == ["Send 3?", "Really?"]
+    assert lines(log) == [
+        "transfer started 3",
+        "transfer Send 3? accept",
+        "transfer Really? accept",
+        "transfer sent 3",
+    ]
+    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    (done,) = [e for e in await events_of(executor.ledger) if e.type == "call.succeeded"]
+    exchanges = done.result["io.agent-adapter/exchanges"]
+    assert [(x["params"]["message"], x["answer"]) for x in exchanges] == [
+        ("Send 3?", {"action": "accept", "content": {"go": True}}),
+        ("Really?", {"action": "accept", "content": {"go": True}}),
+    ]
+    await checked_audit(executor.ledger)
+
+
+async def test_decline_reaches_the_upstream(tmp_path: Path) -> None:
+    """The person declines the first question: the upstream's own answer is the result."""
+    async with gateway(tmp_path) as (server, executor, log):
+        answers = [types.ElicitResult(action="decline")]
+
+        async def person(ctx: Any, params: Any) -> types.ElicitResult:
+            return answers.pop(0)
+
+        async with Client(server, mode=MODERN, elicitation_callback=person) as client:
+            result = await client.call_tool("transfer", {"amount": 4})
+    assert result.content == [types.TextContent(type="text", text="not sent: decline")]
+    assert lines(log) == ["transfer started 4", "transfer Send 4? decline"]
+    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    await checked_audit(executor.ledger)
+
+
+def forged(state: str) -> str:
+    """``state`` with one character of its sealed token changed."""
+    i = len(state) // 2
+    return state[:i] + ("A" if state[i] != "A" else "B") + state[i + 1 :]
+
+
+async def test_forged_replayed_and_unanswered_states_never_reach_the_upstream(
+    tmp_path: Path,
+) -> None:
+    """JSON-RPC errors; the waiting call carries on with the real retry, once each."""
+    async with gateway(tmp_path) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            session = client.session
+
+            async def retry(state: str, responses: Any) -> Any:
+                return await session.call_tool(
+                    "transfer",
+                    {"amount": 5},
+                    input_responses=responses,
+                    request_state=state,
+                    allow_input_required=True,
+                )
+
+            first = await session.call_tool("transfer", {"amount": 5}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            ((key, request),) = (first.input_requests or {}).items()
+            assert isinstance(request, types.ElicitRequest)
+            assert request.params.message == "Send 5?"  # type: ignore[union-attr]
+            state = first.request_state
+            assert state is not None
+            errors = []
+            for bad_state, responses in [
+                (forged(state), {key: go(True)}),  # rejected by the seal
+                (state, {}),  # no answer: refused, the state not spent
+                (state, {"other": go(True)}),
+            ]:
+                with pytest.raises(MCPError) as caught:
+                    await retry(bad_state, responses)
+                errors.append(caught.value.error.message)
+            assert errors == [
+                "Invalid or expired requestState",
+                f"inputResponses has no answer to {key!r}",
+                f"inputResponses has no answer to {key!r}",
+            ]
+            second = await retry(state, {key: go(True)})
+            assert isinstance(second, types.InputRequiredResult)
+            with pytest.raises(MCPError) as replayed:
+                await retry(state, {key: go(False)})
+            assert replayed.value.error.message == (
+                "requestState already used, expired, or its call has ended"
+            )
+            ((key2, _),) = (second.input_requests or {}).items()
+            assert second.request_state is not None
+            final = await retry(second.request_state, {key2: go(True)})
+            with pytest.raises(MCPError) as after:
+                await retry(second.request_state, {key2: go(True)})
+        assert table(server) == {}
+    assert isinstance(final, types.CallToolResult)
+    assert final.content == [types.TextContent(type="text", text="sent 5")]
+    assert after.value.error.code == types.INVALID_PARAMS
+    assert lines(log) == [
+        "transfer started 5",
+        "transfer Send 5? accept",
+        "transfer Really? accept",
+        "transfer sent 5",
+    ]
+    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    await checked_audit(executor.ledger)
+
+
+async def test_a_client_that_never_comes_back_ends_at_the_ttl(tmp_path: Path) -> None:
+    """Past the TTL (injected clock) the upstream is refused; the outcome is recorded."""
+    clock = Clock()
+    policy = {"transfer": {"effect": "transfer:{amount}"}}
+    async with gateway(tmp_path, policy, clock) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            first = await client.session.call_tool(
+                "transfer", {"amount": 6}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            assert len(table(server)) == 1
+            clock.now += TTL_S - 1
+            await client.call_tool("lookup", {"order_id": "A"})  # any call sweeps
+            assert len(table(server)) == 1  # not yet
+            clock.now += 1
+            await client.call_tool("lookup", {"order_id": "B"})
+            assert table(server) == {}
+            await ended(server)
+            ((key, _),) = (first.input_requests or {}).items()
+            with pytest.raises(MCPError) as late:
+                await client.session.call_tool(
+                    "transfer",
+                    {"amount": 6},
+                    input_responses={key: go(True)},
+                    request_state=first.request_state,
+                    allow_input_required=True,
+                )
+    assert late.value.error.message == "requestState already used, expired, or its call has ended"
+    assert lines(log) == [
+        "transfer started 6",
+        "transfer Send 6? failed: the client did not answer within 30 s",
+    ]
+    calls = await by_call(executor.ledger)
+    (transfer,) = [seen for seen in calls.values() if "effect.claimed" in seen]
+    assert transfer == ["call.requested", "call.validated", "effect.claimed", "call.started",
+                        "call.failed"]  # fmt: skip
+    (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
+    assert failed.error.endswith("asked mid-call: elicitation/create (error -32001)")
+    # The request was written: what the upstream did is unknown, the key ambiguous.
+    assert sorted(executor.ambiguous_effects()) == ["transfer:6"]
+    audit = replay(await events_of(executor.ledger), await executor.ledger.verify())
+    assert [(p.kind, p.key) for p in audit.problems()] == [("ambiguous", "transfer:6")]
+
+
+async def test_a_retry_past_the_ttl_is_refused_and_ends_the_wait(tmp_path: Path) -> None:
+    """The late answer never reaches the upstream; the call ends with the refusal."""
+    clock = Clock()
+    async with gateway(tmp_path, None, clock) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            first = await client.session.call_tool(
+                "transfer", {"amount": 7}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            ((key, _),) = (first.input_requests or {}).items()
+            clock.now += TTL_S
+            with pytest.raises(MCPError) as late:
+                await client.session.call_tool(
+                    "transfer",
+                    {"amount": 7},
+                    input_responses={key: go(True)},
+                    request_state=first.request_state,
+                    allow_input_required=True,
+                )
+            assert table(server) == {}
+            await ended(server)
+    assert late.value.error.message == "requestState expired: the question waited more than 30 s"
+    assert lines(log) == [
+        "transfer started 7",
+        "transfer Send 7? failed: the client did not answer within 30 s",
+    ]
+    (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
+    assert failed.tool == "transfer"
+    await checked_audit(executor.ledger)  # no effect key: nothing left unknown
+
+
+async def test_the_calls_timeout_ends_the_wait_first(tmp_path: Path) -> None:
+    """A policy timeout shorter than the TTL: tool-timeout, and the table empties."""
+    policy = {"transfer": {"timeout": 0.5}}
+    async with gateway(tmp_path, policy, Clock()) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            first = await client.session.call_tool(
+                "transfer", {"amount": 8}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            await ended(server)
+            assert table(server) == {}
+    (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
+    assert (failed.error_kind, failed.error) == (
+        "tool-timeout",
+        "upstream transfer did not answer within 0.5 s; it may have run; "
+        "asked mid-call: elicitation/create (unanswered)",
+    )
+    assert lines(log) == ["transfer started 8"]
+    await checked_audit(executor.ledger)
+
+
+async def test_the_gateways_approval_then_the_upstreams_question(tmp_path: Path) -> None:
+    """Both through InputRequiredResult, in one call: approval first, then the upstream."""
+    asked: list[str] = []
+
+    async def person(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        if params.message.startswith("Approve"):
+            return types.ElicitResult(action="accept", content={"approve": True})
+        return go(True)
+
+    policy = {"transfer": {"confirm": True}}
+    async with gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=person) as client:
+            result = await client.call_tool("transfer", {"amount": 9})
+        assert table(server) == {}
+    assert result.content == [types.TextContent(type="text", text="sent 9")]
+    assert asked == ['Approve transfer with {"amount":9}?', "Send 9?", "Really?"]
+    assert list((await by_call(executor.ledger)).values()) == [
+        [
+            "call.requested",
+            "call.validated",
+            "approval.requested",
+            "approval.granted",
+            "call.started",
+            "call.succeeded",
+        ]
+    ]
+    assert lines(log)[-1] == "transfer sent 9"
+    await checked_audit(executor.ledger)
+
+
+async def test_sampling_is_answered_through_input_required(tmp_path: Path) -> None:
+    """sampling/createMessage: the client's model answers; a client without it is refused."""
+
+    async def model(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="short"), model="m"
+        )
+
+    async with gateway(tmp_path) as (server, executor, log):
+        async with Client(server, mode=MODERN, sampling_callback=model) as client:
+            sampled = await client.call_tool("summarize", {"text": "a long text"})
+        async with Client(server, mode=MODERN) as without:
+            refused = await without.call_tool("summarize", {"text": "x"})
+    assert sampled.content == [types.TextContent(type="text", text="summary: short")]
+    assert ours(refused.meta) == {META_KIND: "tool-failed"}
+    assert refused.content[0].text.endswith(  # type: ignore[union-attr]
+        "asked mid-call: sampling/createMessage (refused: not declared)"
+    )
+    assert lines(log) == ["summarize short"]
+    (done,) = [e for e in await events_of(executor.ledger) if e.type == "call.succeeded"]
+    (exchange,) = done.result["io.agent-adapter/exchanges"]
+    assert (exchange["method"], exchange["answer"]["content"]) == (
+        "sampling/createMessage",
+        {"type": "text", "text": "short"},
+    )
+    await checked_audit(executor.ledger)
+
+
+async def test_the_ts_sdk_upstream_through_a_modern_client(
+    node: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The TypeScript SDK's elicitation and sampling tools answer as for a legacy client."""
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"response": "yes"})
+
+    async def sample(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="ok"), model="m"
+        )
+
+    async with ts_gateway(tmp_path) as (server, executor, _):
+        async with Client(
+            server, mode=MODERN, elicitation_callback=elicit, sampling_callback=sample
+        ) as client:
+            elicited = await client.call_tool("test_elicitation", {"message": "Proceed?"})
+            sampled = await client.call_tool("test_sampling", {"prompt": "Say ok"})
+        await checked_audit(executor.ledger)
+        assert list((await by_call(executor.ledger)).values()) == [ONE_CALL, ONE_CALL]
+    assert elicited.content[0].text == (  # type: ignore[union-attr]
+        'User response: action=accept, content={"response":"yes"}'
+    )
+    assert sampled.content[0].text == "LLM response: ok"  # type: ignore[union-attr]
+
+
+async def test_drain_refuses_the_open_questions_and_records_the_outcome(tmp_path: Path) -> None:
+    """A host shutting down does not wait a TTL for clients that cannot come back."""
+    async with gateway(tmp_path, None, Clock()) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            first = await client.session.call_tool(
+                "transfer", {"amount": 10}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            await drain(server)
+            assert table(server) == {}
+    assert lines(log)[-1] == "transfer Send 10? failed: the client did not answer within 30 s"
+    assert [e.type for e in await events_of(executor.ledger)][-1] == "call.failed"
+    await checked_audit(executor.ledger)
