@@ -155,7 +155,7 @@ class WaitingCall:
         question = _Question(f"upstream-{self._rounds}", request, result_type)
         self.question = question
         self.deadline = self.table.clock() + self.table.ttl_s
-        self._timer = asyncio.get_running_loop().call_later(self.table.ttl_s, self.table.sweep)
+        self._arm(self.table.ttl_s)
         self._wake()
         try:
             return await question.answer
@@ -165,6 +165,21 @@ class WaitingCall:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+
+    def _arm(self, delay_s: float) -> None:
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._due)
+
+    def _due(self) -> None:
+        # A loop timer may fire up to its clock's resolution early (and the table's clock
+        # need not be the loop's): not yet due is armed again for the rest.
+        self._timer = None
+        if self.question is None or self.expired:
+            return
+        left = self.deadline - self.table.clock()
+        if left > 0:
+            self._arm(left)
+        else:
+            self.expire()
 
     async def next(self) -> types.InputRequiredResult | None:
         """The question to send the client now, or None when the body has ended."""

@@ -48,7 +48,10 @@ class Clock:
 
 @contextlib.asynccontextmanager
 async def gateway(
-    tmp_path: Path, policy: dict[str, Any] | None = None, clock: Clock | None = None
+    tmp_path: Path,
+    policy: dict[str, Any] | None = None,
+    clock: Clock | None = None,
+    ttl_s: float = TTL_S,
 ) -> AsyncIterator[tuple[Any, Executor, Path]]:
     """The asking upstream behind an in-process gateway; its log of what ran."""
     log = tmp_path / "upstream.log"
@@ -68,7 +71,7 @@ async def gateway(
             mcp_server(
                 registry,
                 executor=executor,
-                request_state=RequestStateSecurity.ephemeral(ttl=TTL_S),
+                request_state=RequestStateSecurity.ephemeral(ttl=ttl_s),
                 clock=clock,
             ),
             executor,
@@ -410,4 +413,18 @@ async def test_drain_refuses_the_open_questions_and_records_the_outcome(tmp_path
             assert table(server) == {}
     assert lines(log)[-1] == "transfer Send 10? failed: the client did not answer within 30 s"
     assert [e.type for e in await events_of(executor.ledger)][-1] == "call.failed"
+    await checked_audit(executor.ledger)
+
+
+async def test_with_no_other_call_the_ttls_timer_ends_the_wait(tmp_path: Path) -> None:
+    """The loop's own timer (the real clock, a short TTL) refuses the unanswered question."""
+    async with gateway(tmp_path, ttl_s=0.2) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=by_hand) as client:
+            first = await client.session.call_tool(
+                "transfer", {"amount": 11}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            await ended(server)  # nothing but the timer can end it
+            assert table(server) == {}
+    assert lines(log)[-1] == "transfer Send 11? failed: the client did not answer within 0.2 s"
     await checked_audit(executor.ledger)
