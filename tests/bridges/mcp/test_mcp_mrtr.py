@@ -22,7 +22,8 @@ from mcp import Client, StdioServerParameters
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_helpers import by_call, checked_audit, events_of, ours
-from test_mcp_node import node, ts_gateway  # noqa: F401  (node: the fixture)
+from test_mcp_cli import CLI, audit_of, env
+from test_mcp_node import EVERYTHING, HERE, node, ts_gateway  # noqa: F401  (node: the fixture)
 
 from agent_adapter import Executor, Registry
 from agent_adapter.integrations.mcp import META_KIND, Relay, drain, mcp_server, proxy
@@ -428,3 +429,47 @@ async def test_with_no_other_call_the_ttls_timer_ends_the_wait(tmp_path: Path) -
             assert table(server) == {}
     assert lines(log)[-1] == "transfer Send 11? failed: the client did not answer within 0.2 s"
     await checked_audit(executor.ledger)
+
+
+async def test_server_everything_through_mcp_serve_to_a_modern_client(
+    node: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Over stdio, another process: the 2026-07-28 client gets what a direct client gets."""
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def sample(ctx: Any, params: Any) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="ok"), model="m"
+        )
+
+    argv = [str(node), str(EVERYTHING), "stdio"]
+    db = tmp_path / "ledger.db"
+    gateway_params = StdioServerParameters(
+        command=CLI[0],
+        args=[*CLI[1:], "mcp", "serve", "--db", str(db), "--upstream", " ".join(argv)],
+        env=env(tmp_path / "ran.log"),
+        cwd=HERE,
+    )
+    callbacks: dict[str, Any] = {"elicitation_callback": elicit, "sampling_callback": sample}
+    calls = [
+        ("trigger-elicitation-request", {}),
+        ("trigger-sampling-request", {"prompt": "Say ok", "maxTokens": 5}),
+    ]
+    async with (
+        Client(
+            StdioServerParameters(command=argv[0], args=argv[1:]), mode="legacy", **callbacks
+        ) as direct,
+        Client(gateway_params, mode=MODERN, **callbacks) as proxied,
+    ):
+        assert proxied.protocol_version == MODERN
+        for name, args in calls:
+            a = await direct.call_tool(name, args)
+            b = await proxied.call_tool(name, args)
+            # (On 2026-07-28 the SDK adds its serverInfo to every result's _meta.)
+            assert b.model_dump(exclude={"meta"}) == a.model_dump(exclude={"meta"}), name
+    events, audit = await audit_of(db)
+    assert audit.problems() == []
+    assert [e.type for e in events if e.type.startswith("call.")] == ONE_CALL + ONE_CALL
