@@ -14,6 +14,7 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import mcp_types as types
@@ -26,6 +27,7 @@ from test_mcp_cli import CLI, audit_of, env
 from test_mcp_node import EVERYTHING, HERE, node, ts_gateway  # noqa: F401  (node: the fixture)
 
 from agent_adapter import Executor, Registry
+from agent_adapter.bridges.mcp._waiting import WaitingCalls, read_wait_state
 from agent_adapter.integrations.mcp import META_KIND, Relay, drain, mcp_server, proxy
 from agent_adapter.ledger import MemoryLedger, replay
 
@@ -473,3 +475,37 @@ async def test_server_everything_through_mcp_serve_to_a_modern_client(
     events, audit = await audit_of(db)
     assert audit.problems() == []
     assert [e.type for e in events if e.type.startswith("call.")] == ONE_CALL + ONE_CALL
+
+
+def elicit_request(message: str) -> types.ElicitRequest:
+    schema = {"type": "object", "properties": {"go": {"type": "boolean"}}}
+    return types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+    )
+
+
+async def test_a_second_question_while_one_waits_is_refused() -> None:
+    """The table alone: one question per round; the first is answered, the second refused."""
+    table = WaitingCalls(ttl_s=TTL_S, clock=Clock())
+    ctx = SimpleNamespace(session=SimpleNamespace(), request_id=1, meta=None)
+    call, asking = table.open(ctx, "t", "c1", "r1")
+    first = asyncio.ensure_future(
+        asking.ask("elicitation/create", elicit_request("One?"), types.ElicitResult)
+    )
+    call.bind(first)
+    asked = await call.next()
+    assert asked is not None and list(asked.input_requests or {}) == ["upstream-1"]
+    second = await asking.ask("elicitation/create", elicit_request("Two?"), types.ElicitResult)
+    assert second == types.ErrorData(
+        code=types.INVALID_REQUEST,
+        message="elicitation/create: another question of this call is waiting",
+    )
+    state = read_wait_state(asked.request_state or "")
+    assert state is not None
+    table.answer(state, "t", {"upstream-1": go(True)}, ctx)
+    assert await first == go(True)
+    assert table.calls == {}
+    assert [(x["params"]["message"], "answer" in x) for x in asking.exchanges] == [
+        ("One?", True),
+        ("Two?", False),
+    ]
