@@ -23,7 +23,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_helpers import by_call, checked_audit, events_of, ours
-from test_mcp_cli import CLI, audit_of, env
+from test_mcp_cli import CLI, audit_of, env, start_http
 from test_mcp_node import EVERYTHING, HERE, node, ts_gateway  # noqa: F401  (node: the fixture)
 
 from agent_adapter import Executor, Registry
@@ -508,4 +508,47 @@ async def test_a_second_question_while_one_waits_is_refused() -> None:
     assert [(x["params"]["message"], "answer" in x) for x in asking.exchanges] == [
         ("One?", True),
         ("Two?", False),
+    ]
+
+
+async def test_over_http_the_approval_then_server_everythings_question(
+    node: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`mcp serve --http`: each round a POST of its own; one call, approval then upstream."""
+    asked: list[str] = []
+
+    async def person(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        if params.message.startswith("Approve"):
+            return types.ElicitResult(action="accept", content={"approve": True})
+        return types.ElicitResult(action="decline")
+
+    db = tmp_path / "ledger.db"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools."trigger-elicitation-request"]\nconfirm = true\n')
+    upstream = f"{node} {EVERYTHING} stdio"
+    proc, url = await start_http(
+        "--db", str(db), "--upstream", upstream, "--policy", str(policy), log=tmp_path / "ran"
+    )
+    try:
+        async with Client(url, mode=MODERN, elicitation_callback=person) as client:
+            result = await client.call_tool("trigger-elicitation-request", {})
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert [b.text for b in result.content if isinstance(b, types.TextContent)] == [
+        "❌ User declined to provide the requested information.",
+        '\nRaw result: {\n  "action": "decline"\n}',
+    ]
+    assert len(asked) == 2 and asked[0] == "Approve trigger-elicitation-request with {}?"
+    events, audit = await audit_of(db)
+    assert audit.problems() == []
+    assert [e.type for e in events if e.call_id] == [
+        "call.requested",
+        "call.validated",
+        "approval.requested",
+        "approval.granted",
+        "call.started",
+        "call.succeeded",
     ]
