@@ -1,18 +1,24 @@
 """An upstream MCP server (the SDK's MCPServer) whose tools ask the client mid-call.
 
-Run as ``python _mcp_asking_upstream.py LOG`` (stdio), reached by a gateway whose upstream
-client is on the handshake era: each question is an ``elicitation/create`` or
-``sampling/createMessage`` request nested in the running ``tools/call``, open until the
-gateway answers it. Every body appends ``<tool> <what happened>`` to LOG, so a test sees
-across processes what ran and what each question was answered.
+Run as ``python _mcp_asking_upstream.py LOG`` (stdio). ``transfer`` and ``summarize`` ask
+through the handshake era (the gateway's upstream client must speak it): each question is
+an ``elicitation/create`` or ``sampling/createMessage`` request nested in the running
+``tools/call``, open until the gateway answers it. ``pay`` asks through a resolver, so it
+asks in whichever era the upstream client speaks (on 2026-07-28 with an
+``InputRequiredResult`` of its own, which the upstream client drives). Every body appends
+``<tool> <what happened>`` to LOG, so a test sees across processes what ran and what each
+question was answered.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import mcp_types as types
+from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel
 
 LOG = sys.argv[1] if len(sys.argv) > 1 else "/dev/null"
@@ -59,6 +65,17 @@ async def summarize(text: str, ctx: Context) -> str:
     said = content.text if isinstance(content, types.TextContent) else "?"
     ran(f"summarize {said}")
     return f"summary: {said}"
+
+
+def pay_question(amount: int) -> Elicit[Go]:
+    return Elicit(f"Pay {amount}?", Go)
+
+
+@server.tool()
+async def pay(amount: int, answer: Annotated[ElicitationResult[Go], Resolve(pay_question)]) -> str:
+    """Pay after one question, asked in the upstream client's era."""
+    ran(f"pay {amount} {answer.action}")
+    return f"pay {answer.action}"
 
 
 if __name__ == "__main__":

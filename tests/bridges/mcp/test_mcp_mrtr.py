@@ -55,6 +55,7 @@ async def gateway(
     policy: dict[str, Any] | None = None,
     clock: Clock | None = None,
     ttl_s: float = TTL_S,
+    upstream_era: str = "legacy",
 ) -> AsyncIterator[tuple[Any, Executor, Path]]:
     """The asking upstream behind an in-process gateway; its log of what ran."""
     log = tmp_path / "upstream.log"
@@ -67,8 +68,9 @@ async def gateway(
 
     params = StdioServerParameters(command=sys.executable, args=[str(UPSTREAM), str(log)])
     executor = Executor(registry, ledger=MemoryLedger())
-    # The handshake era towards the upstream: its questions are requests it keeps open.
-    async with Client(params, mode="legacy", **relay.client_options()) as upstream:
+    # The handshake era towards the upstream by default: its questions are requests it
+    # keeps open (on 2026-07-28 its own InputRequiredResult, driven by the upstream client).
+    async with Client(params, mode=upstream_era, **relay.client_options()) as upstream:
         await proxy(registry, upstream, policy=policy, relay=relay)
         yield (
             mcp_server(
@@ -132,6 +134,28 @@ async def test_accept_returns_the_upstreams_result_in_one_call(tmp_path: Path) -
         ("Send 3?", {"action": "accept", "content": {"go": True}}),
         ("Really?", {"action": "accept", "content": {"go": True}}),
     ]
+    await checked_audit(executor.ledger)
+
+
+@pytest.mark.parametrize("upstream_era", ["legacy", MODERN])
+async def test_either_era_of_upstream_reaches_a_modern_client(
+    tmp_path: Path, upstream_era: str
+) -> None:
+    """The upstream asks by a nested request or by an InputRequiredResult of its own."""
+    asked: list[str] = []
+
+    async def person(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return go(True)
+
+    async with gateway(tmp_path, upstream_era=upstream_era) as (server, executor, log):
+        async with Client(server, mode=MODERN, elicitation_callback=person) as client:
+            result = await client.call_tool("pay", {"amount": 12})
+        assert table(server) == {}
+    assert result.content == [types.TextContent(type="text", text="pay accept")]
+    assert asked == ["Pay 12?"]
+    assert lines(log) == ["pay 12 accept"]
+    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
     await checked_audit(executor.ledger)
 
 
