@@ -26,7 +26,7 @@ import msgspec
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from ._relay import Downstream
+from ._relay import Downstream, _dump
 
 __all__ = ["Asking", "WaitState", "WaitingCall", "WaitingCalls", "read_wait_state"]
 
@@ -57,11 +57,6 @@ def read_wait_state(plain: str) -> WaitState | None:
         return msgspec.json.decode(plain, type=WaitState)
     except msgspec.DecodeError:
         return None
-
-
-def _dump(model: Any) -> Any:
-    dump = getattr(model, "model_dump", None)
-    return model if dump is None else dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class _Question:
