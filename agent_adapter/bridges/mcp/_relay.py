@@ -193,7 +193,7 @@ class Downstream:
         error) before the upstream gets either."""
         params = _dump(request.params)
         try:
-            answer = await self._request(request, result_type)
+            answer = await self.session.send_request(request, result_type, metadata=self._related())
         except MCPError as exc:
             error = f"the client answered error {exc.error.code}: {exc.error.message}"
             return await self.record(method, params, exc.error, error=error)
@@ -232,11 +232,6 @@ def _peer(session: Any, connection: Any) -> str:
     peer = f"{info.name} {info.version}" if info is not None else "an unnamed MCP client"
     session_id = getattr(connection, "session_id", None)
     return f"{peer}, session {session_id}" if session_id else peer
-
-    async def _request(self, request: Any, result_type: type[Any]) -> Any:
-        # Nested in the client's running tools/call (up to 2025-11-25); a 2026-07-28
-        # client is asked through its call's InputRequiredResult instead (_waiting.py).
-        return await self.session.send_request(request, result_type, metadata=self._related())
 
 
 def downstream_of(ctx: Any) -> Downstream:

@@ -9,9 +9,9 @@ names the waiting call in this table, and the answer goes to the waiting upstrea
 request. Then the next question, or the call's outcome, answers that retry.
 
 Each question's state is single-use (a nonce, spent by the first answer). A question not
-answered within the TTL is refused to the upstream (a JSON-RPC error, recorded with the
-call; the upstream decides what its tool does then), the call leaves the table, and a
-late retry is a JSON-RPC error: it never reaches the upstream.
+answered within the TTL is refused to the upstream (a JSON-RPC error, recorded as the
+call's ``call.exchanged``; the upstream decides what its tool does then), the call
+leaves the table, and a late retry is a JSON-RPC error: it never reaches the upstream.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from ._relay import Downstream, _dump
 
-__all__ = ["Asking", "WaitState", "WaitingCall", "WaitingCalls", "read_wait_state"]
+__all__ = ["Asking", "NoAnswer", "WaitState", "WaitingCall", "WaitingCalls", "read_wait_state"]
 
 #: The refusal of a state whose call is no longer waiting for it (a replay, a late retry).
 _GONE = "requestState already used, expired, or its call has ended"
@@ -57,6 +57,10 @@ def read_wait_state(plain: str) -> WaitState | None:
         return msgspec.json.decode(plain, type=WaitState)
     except msgspec.DecodeError:
         return None
+
+
+class NoAnswer(Exception):
+    """A waiting question will not be answered (its TTL passed, or the server shuts down)."""
 
 
 class _Question:
@@ -96,8 +100,28 @@ class Asking(Downstream):
         if self.attached:
             await super().log(params)
 
-    async def _request(self, request: Any, result_type: type[Any]) -> Any:
-        return await self.call.ask(request, result_type)
+    async def ask(self, method: str, request: Any, result_type: type[Any]) -> Any:
+        """The upstream's request, answered by the client's retry (or refused), and
+        recorded as the call's exchange before the upstream gets the reply."""
+        params = _dump(request.params)
+        refused = self.call.refusal()
+        if refused is not None:
+            return await self.record(
+                method,
+                params,
+                types.ErrorData(code=types.INVALID_REQUEST, message=f"{method}: {refused}"),
+                error=f"refused: {refused}",
+            )
+        try:
+            answer = await self.call.ask(request, result_type)
+        except NoAnswer as exc:
+            return await self.record(
+                method,
+                params,
+                types.ErrorData(code=types.REQUEST_TIMEOUT, message=f"{method}: {exc}"),
+                error=str(exc),
+            )
+        return await self.record(method, params, answer, response=_dump(answer))
 
 
 class WaitingCall:
@@ -112,7 +136,8 @@ class WaitingCall:
         #: the state of the question as sent to the client; None once spent (or unsent)
         self.nonce: str | None = None
         self.deadline = 0.0
-        self.expired = False
+        #: why no question of this call is answered any more (None while one can be)
+        self.expired: str | None = None
         self._rounds = 0
         self._timer: asyncio.TimerHandle | None = None
         #: the client side the body serves (set by the table)
@@ -136,16 +161,20 @@ class WaitingCall:
         if not self._signal.done():
             self._signal.set_result(None)
 
-    async def ask(self, request: Any, result_type: type[Any]) -> Any:
-        """The upstream's request, held open until the client's retry answers it."""
-        if self.expired:
-            raise self.table.unanswered()
+    def refusal(self) -> str | None:
+        """Why a question asked now is refused at once; None when it can wait."""
+        if self.expired is not None:
+            return self.expired
         if self.question is not None:
             # One question at a time: the client answers one InputRequiredResult per round.
-            raise MCPError(
-                code=types.INVALID_REQUEST,
-                message=f"{request.method}: another question of this call is waiting",
-            )
+            return "another question of this call is waiting"
+        return None
+
+    async def ask(self, request: Any, result_type: type[Any]) -> Any:
+        """The upstream's request, held open until the client's retry answers it.
+
+        Raises ``NoAnswer`` when the question expires first.
+        """
         self._rounds += 1
         question = _Question(f"upstream-{self._rounds}", request, result_type)
         self.question = question
@@ -168,13 +197,13 @@ class WaitingCall:
         # A loop timer may fire up to its clock's resolution early (and the table's clock
         # need not be the loop's): not yet due is armed again for the rest.
         self._timer = None
-        if self.question is None or self.expired:
+        if self.question is None or self.expired is not None:
             return
         left = self.deadline - self.table.clock()
         if left > 0:
             self._arm(left)
         else:
-            self.expire()
+            self.expire(self.table.late())
 
     async def next(self) -> types.InputRequiredResult | None:
         """The question to send the client now, or None when the body has ended."""
@@ -183,7 +212,7 @@ class WaitingCall:
         # running, and its question waits for the TTL (or the call's timeout).
         await asyncio.wait([self.task, self._signal], return_when=asyncio.FIRST_COMPLETED)
         question = self.question
-        if self.task.done() or question is None or self.expired:
+        if self.task.done() or question is None or self.expired is not None:
             return None
         self._signal = asyncio.get_running_loop().create_future()
         self.nonce = uuid.uuid4().hex
@@ -196,14 +225,14 @@ class WaitingCall:
             input_requests={question.key: question.request}, request_state=state.dump()
         )
 
-    def expire(self) -> None:
+    def expire(self, why: str) -> None:
         """Nobody answers any more: the open question (and any later one) is refused."""
         self.table.calls.pop(self.id, None)
-        self.expired = True
+        self.expired = why
         self.nonce = None
         question = self.question
         if question is not None and not question.answer.done():
-            question.answer.set_exception(self.table.unanswered())
+            question.answer.set_exception(NoAnswer(why))
 
 
 class WaitingCalls:
@@ -221,24 +250,21 @@ class WaitingCalls:
         self.calls[call.id] = call
         return call, call.asking
 
-    def unanswered(self) -> MCPError:
-        """What the upstream is told when its question was not answered in time."""
-        return MCPError(
-            code=types.REQUEST_TIMEOUT,
-            message=f"the client did not answer within {self.ttl_s:g} s",
-        )
+    def late(self) -> str:
+        """Why a question past its TTL is refused."""
+        return f"the client did not answer within {self.ttl_s:g} s"
 
     def sweep(self) -> None:
         """Refuse every question whose TTL has passed (by the table's clock)."""
         now = self.clock()
         for call in list(self.calls.values()):
             if call.question is not None and now >= call.deadline:
-                call.expire()
+                call.expire(self.late())
 
     def expire_all(self) -> None:
         """Refuse every open question (the server is shutting down: no retry can come)."""
         for call in list(self.calls.values()):
-            call.expire()
+            call.expire("the gateway is shutting down; no answer can reach it")
 
     def answer(self, state: WaitState, tool: str, responses: Any, ctx: Any) -> WaitingCall:
         """Hand the client's answer to the waiting upstream request; the state is spent.
@@ -259,7 +285,7 @@ class WaitingCalls:
         question = call.question
         assert question is not None  # a nonce is set only while its question is open
         if self.clock() >= call.deadline:
-            call.expire()
+            call.expire(self.late())
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message=f"requestState expired: the question waited more than {self.ttl_s:g} s",

@@ -36,6 +36,13 @@ pytestmark = pytest.mark.usefixtures("bounded")
 UPSTREAM = Path(__file__).with_name("_mcp_asking_upstream.py")
 MODERN = "2026-07-28"
 ONE_CALL = ["call.requested", "call.validated", "call.started", "call.succeeded"]
+
+
+def one_call(questions: int) -> list[str]:
+    """The events of one successful call that relayed ``questions`` questions."""
+    return [*ONE_CALL[:3], *["call.exchanged"] * questions, ONE_CALL[3]]
+
+
 TTL_S = 30.0
 
 
@@ -84,6 +91,15 @@ async def gateway(
         )
 
 
+async def exchanged(ledger: Any) -> list[tuple[str, Any, Any, str]]:
+    """Every ``call.exchanged``: (method, request, response, error)."""
+    return [
+        (e.method, e.request, e.response, e.error)
+        for e in await events_of(ledger)
+        if e.type == "call.exchanged"
+    ]
+
+
 def lines(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
@@ -127,12 +143,11 @@ async def test_accept_returns_the_upstreams_result_in_one_call(tmp_path: Path) -
         "transfer Really? accept",
         "transfer sent 3",
     ]
-    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
-    (done,) = [e for e in await events_of(executor.ledger) if e.type == "call.succeeded"]
-    exchanges = done.result["io.agent-adapter/exchanges"]
-    assert [(x["params"]["message"], x["answer"]) for x in exchanges] == [
-        ("Send 3?", {"action": "accept", "content": {"go": True}}),
-        ("Really?", {"action": "accept", "content": {"go": True}}),
+    assert list((await by_call(executor.ledger)).values()) == [one_call(2)]
+    accepted = {"action": "accept", "content": {"go": True}}
+    assert [(m, q["message"], a, e) for m, q, a, e in await exchanged(executor.ledger)] == [
+        ("elicitation/create", "Send 3?", accepted, ""),
+        ("elicitation/create", "Really?", accepted, ""),
     ]
     await checked_audit(executor.ledger)
 
@@ -155,7 +170,7 @@ async def test_either_era_of_upstream_reaches_a_modern_client(
     assert result.content == [types.TextContent(type="text", text="pay accept")]
     assert asked == ["Pay 12?"]
     assert lines(log) == ["pay 12 accept"]
-    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    assert list((await by_call(executor.ledger)).values()) == [one_call(1)]
     await checked_audit(executor.ledger)
 
 
@@ -171,7 +186,7 @@ async def test_decline_reaches_the_upstream(tmp_path: Path) -> None:
             result = await client.call_tool("transfer", {"amount": 4})
     assert result.content == [types.TextContent(type="text", text="not sent: decline")]
     assert lines(log) == ["transfer started 4", "transfer Send 4? decline"]
-    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    assert list((await by_call(executor.ledger)).values()) == [one_call(1)]
     await checked_audit(executor.ledger)
 
 
@@ -241,7 +256,7 @@ async def test_forged_replayed_and_unanswered_states_never_reach_the_upstream(
         "transfer Really? accept",
         "transfer sent 5",
     ]
-    assert list((await by_call(executor.ledger)).values()) == [ONE_CALL]
+    assert list((await by_call(executor.ledger)).values()) == [one_call(2)]
     await checked_audit(executor.ledger)
 
 
@@ -275,14 +290,18 @@ async def test_a_client_that_never_comes_back_ends_at_the_ttl(tmp_path: Path) ->
     assert late.value.error.message == "requestState already used, expired, or its call has ended"
     assert lines(log) == [
         "transfer started 6",
-        "transfer Send 6? failed: the client did not answer within 30 s",
+        "transfer Send 6? failed: elicitation/create: the client did not answer within 30 s",
     ]
     calls = await by_call(executor.ledger)
     (transfer,) = [seen for seen in calls.values() if "effect.claimed" in seen]
     assert transfer == ["call.requested", "call.validated", "effect.claimed", "call.started",
-                        "call.failed"]  # fmt: skip
-    (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
-    assert failed.error.endswith("asked mid-call: elicitation/create (error -32001)")
+                        "call.exchanged", "call.failed"]  # fmt: skip
+    ((method, _, response, error),) = await exchanged(executor.ledger)
+    assert (method, response, error) == (
+        "elicitation/create",
+        None,
+        "the client did not answer within 30 s",
+    )
     # The request was written: what the upstream did is unknown, the key ambiguous.
     assert sorted(executor.ambiguous_effects()) == ["transfer:6"]
     audit = replay(await events_of(executor.ledger), await executor.ledger.verify())
@@ -313,7 +332,7 @@ async def test_a_retry_past_the_ttl_is_refused_and_ends_the_wait(tmp_path: Path)
     assert late.value.error.message == "requestState expired: the question waited more than 30 s"
     assert lines(log) == [
         "transfer started 7",
-        "transfer Send 7? failed: the client did not answer within 30 s",
+        "transfer Send 7? failed: elicitation/create: the client did not answer within 30 s",
     ]
     (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
     assert failed.tool == "transfer"
@@ -334,9 +353,9 @@ async def test_the_calls_timeout_ends_the_wait_first(tmp_path: Path) -> None:
     (failed,) = [e for e in await events_of(executor.ledger) if e.type == "call.failed"]
     assert (failed.error_kind, failed.error) == (
         "tool-timeout",
-        "upstream transfer did not answer within 0.5 s; it may have run; "
-        "asked mid-call: elicitation/create (unanswered)",
+        "upstream transfer did not answer within 0.5 s; it may have run",
     )
+    assert await exchanged(executor.ledger) == []  # (unanswered when the call ended)
     assert lines(log) == ["transfer started 8"]
     await checked_audit(executor.ledger)
 
@@ -365,6 +384,8 @@ async def test_the_gateways_approval_then_the_upstreams_question(tmp_path: Path)
             "approval.requested",
             "approval.granted",
             "call.started",
+            "call.exchanged",
+            "call.exchanged",
             "call.succeeded",
         ]
     ]
@@ -387,15 +408,17 @@ async def test_sampling_is_answered_through_input_required(tmp_path: Path) -> No
             refused = await without.call_tool("summarize", {"text": "x"})
     assert sampled.content == [types.TextContent(type="text", text="summary: short")]
     assert ours(refused.meta) == {META_KIND: "tool-failed"}
-    assert refused.content[0].text.endswith(  # type: ignore[union-attr]
-        "asked mid-call: sampling/createMessage (refused: not declared)"
-    )
     assert lines(log) == ["summarize short"]
-    (done,) = [e for e in await events_of(executor.ledger) if e.type == "call.succeeded"]
-    (exchange,) = done.result["io.agent-adapter/exchanges"]
-    assert (exchange["method"], exchange["answer"]["content"]) == (
+    answered, refusal = await exchanged(executor.ledger)
+    assert (answered[0], answered[2]["content"], answered[3]) == (
         "sampling/createMessage",
         {"type": "text", "text": "short"},
+        "",
+    )
+    assert (refusal[0], refusal[2], refusal[3]) == (
+        "sampling/createMessage",
+        None,
+        "refused: the client did not declare sampling",
     )
     await checked_audit(executor.ledger)
 
@@ -421,7 +444,7 @@ async def test_the_ts_sdk_upstream_through_a_modern_client(
             elicited = await client.call_tool("test_elicitation", {"message": "Proceed?"})
             sampled = await client.call_tool("test_sampling", {"prompt": "Say ok"})
         await checked_audit(executor.ledger)
-        assert list((await by_call(executor.ledger)).values()) == [ONE_CALL, ONE_CALL]
+        assert list((await by_call(executor.ledger)).values()) == [one_call(1), one_call(1)]
     assert elicited.content[0].text == (  # type: ignore[union-attr]
         'User response: action=accept, content={"response":"yes"}'
     )
@@ -438,7 +461,10 @@ async def test_drain_refuses_the_open_questions_and_records_the_outcome(tmp_path
             assert isinstance(first, types.InputRequiredResult)
             await drain(server)
             assert table(server) == {}
-    assert lines(log)[-1] == "transfer Send 10? failed: the client did not answer within 30 s"
+    assert lines(log)[-1] == (
+        "transfer Send 10? failed: elicitation/create: "
+        "the gateway is shutting down; no answer can reach it"
+    )
     assert [e.type for e in await events_of(executor.ledger)][-1] == "call.failed"
     await checked_audit(executor.ledger)
 
@@ -453,7 +479,9 @@ async def test_with_no_other_call_the_ttls_timer_ends_the_wait(tmp_path: Path) -
             assert isinstance(first, types.InputRequiredResult)
             await ended(server)  # nothing but the timer can end it
             assert table(server) == {}
-    assert lines(log)[-1] == "transfer Send 11? failed: the client did not answer within 0.2 s"
+    assert lines(log)[-1] == (
+        "transfer Send 11? failed: elicitation/create: the client did not answer within 0.2 s"
+    )
     await checked_audit(executor.ledger)
 
 
@@ -498,7 +526,7 @@ async def test_server_everything_through_mcp_serve_to_a_modern_client(
             assert b.model_dump(exclude={"meta"}) == a.model_dump(exclude={"meta"}), name
     events, audit = await audit_of(db)
     assert audit.problems() == []
-    assert [e.type for e in events if e.type.startswith("call.")] == ONE_CALL + ONE_CALL
+    assert [e.type for e in events if e.type.startswith("call.")] == one_call(1) + one_call(1)
 
 
 def elicit_request(message: str) -> types.ElicitRequest:
@@ -508,11 +536,22 @@ def elicit_request(message: str) -> types.ElicitRequest:
     )
 
 
+class Recorder:
+    """An exchange recorder that keeps what it is given (the executor's records events)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    async def record(self, method: str, **fields: Any) -> None:
+        self.records.append({"method": method, **fields})
+
+
 async def test_a_second_question_while_one_waits_is_refused() -> None:
     """The table alone: one question per round; the first is answered, the second refused."""
     table = WaitingCalls(ttl_s=TTL_S, clock=Clock())
     ctx = SimpleNamespace(session=SimpleNamespace(), request_id=1, meta=None)
     call, asking = table.open(ctx, "t", "c1", "r1")
+    asking.recorder = recorder = Recorder()  # (as Relay.enter sets inside a body)
     first = asyncio.ensure_future(
         asking.ask("elicitation/create", elicit_request("One?"), types.ElicitResult)
     )
@@ -529,9 +568,9 @@ async def test_a_second_question_while_one_waits_is_refused() -> None:
     table.answer(state, "t", {"upstream-1": go(True)}, ctx)
     assert await first == go(True)
     assert table.calls == {}
-    assert [(x["params"]["message"], "answer" in x) for x in asking.exchanges] == [
-        ("One?", True),
-        ("Two?", False),
+    assert [(r["request"]["message"], r["response"], r["error"]) for r in recorder.records] == [
+        ("Two?", None, "refused: another question of this call is waiting"),
+        ("One?", {"action": "accept", "content": {"go": True}}, ""),
     ]
 
 
@@ -574,5 +613,6 @@ async def test_over_http_the_approval_then_server_everythings_question(
         "approval.requested",
         "approval.granted",
         "call.started",
+        "call.exchanged",
         "call.succeeded",
     ]
