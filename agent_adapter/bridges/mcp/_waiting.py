@@ -88,8 +88,10 @@ class Asking(Downstream):
     def attach(self, ctx: Any) -> None:
         """The client's retry carries the call on: its request is the one served now."""
         fresh = Downstream(ctx)
-        self.session, self.connection = fresh.session, fresh.connection
-        self.request_id, self.progress_token = fresh.request_id, fresh.progress_token
+        self.session, self.request_id = fresh.session, fresh.request_id
+        self.progress_token = fresh.progress_token
+        # (The connection is read again, from this request's session, when next routed.)
+        self.__dict__.pop("connection", None)
         self.attached = True
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:

@@ -519,6 +519,9 @@ async def test_server_everything_through_mcp_serve_to_a_modern_client(
         Client(gateway_params, mode=MODERN, **callbacks) as proxied,
     ):
         assert proxied.protocol_version == MODERN
+        # (Listed first, as a host does: the gateway opens the upstream connection for this
+        # client's capabilities, and registers the tools it lists only to them, then.)
+        await proxied.list_tools()
         for name, args in calls:
             a = await direct.call_tool(name, args)
             b = await proxied.call_tool(name, args)
