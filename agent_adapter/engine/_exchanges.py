@@ -156,6 +156,8 @@ def _scrubbed_value(value: Any, secrets: list[str]) -> Any:
         return {_scrubbed(str(k), secrets): _scrubbed_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [_scrubbed_value(v, secrets) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool) and str(value) in secrets:
+        return "[redacted]"  # a redacted number is no text to scrub: the leaf that is it
     return value
 
 

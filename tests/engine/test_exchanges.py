@@ -262,3 +262,26 @@ async def test_redaction_applies_to_what_was_exchanged() -> None:
     )
     assert (hidden.request, hidden.response, hidden.redacted) == (None, None, True)
     assert (hidden.request_digest, hidden.response_digest) == (digest({"q": 1}), digest({"a": 2}))
+
+
+async def test_a_redacted_number_is_scrubbed_from_what_was_exchanged() -> None:
+    """A redacted argument that is a number is not text: the exchange's number that is
+    it is redacted as well, not stored as it was (other numbers stay)."""
+    registry = Registry()
+
+    @registry.tool(redact=["account"])
+    async def transfer(account: int, amount: int) -> str:
+        await record_exchange(
+            "elicitation/create",
+            request={"from": account, "amount": amount, "message": f"from {account}?"},
+            response={"action": "accept", "content": {"account": account}},
+        )
+        return "sent"
+
+    ledger = MemoryLedger()
+    async with Executor(registry, ledger=ledger) as executor:
+        await executor.call("transfer", {"account": 12345678, "amount": 5})
+    (exchanged,) = [e for e in await events_of(ledger) if isinstance(e, CallExchanged)]
+    assert exchanged.request == {"from": "[redacted]", "amount": 5, "message": "from [redacted]?"}
+    assert exchanged.response == {"action": "accept", "content": {"account": "[redacted]"}}
+    assert "12345678" not in repr(await events_of(ledger))
