@@ -11,8 +11,9 @@ that cannot be recorded is not handed on (the upstream gets an error instead).
 Ledgers written before that kept them in the result's ``EXCHANGES_KEY``.
 
 A log message no call waits for goes to the one client connection the upstream
-connection serves, when it serves exactly one (a stdio gateway has one client); when it
-serves several (HTTP) it is dropped: the upstream addressed no one, and clients of one
+connection serves, when it has only ever served one (a stdio gateway has one client);
+once it served several (HTTP, at once or one after another) it is dropped: the upstream
+addressed no one (a line may be about a client that left), and clients of one
 gateway may be different people. A client's ``logging/setLevel`` applies to what is
 relayed to it, in a call or not; a 2026-07-28 client gets log messages only in a call
 (the protocol has no channel outside one).
@@ -259,17 +260,21 @@ class Relay:
 
     Give ``Relay().client_options()`` to the upstream's ``mcp.Client`` and the same relay
     to ``proxy(..., relay=...)``. An upstream's request names no call (over stdio there is
-    one stream), so it goes to the client whose proxied calls are waiting: when calls of
-    two connections wait at once it is refused rather than shown to a person who may not
-    be the one asked (and a log line is dropped), and with no call waiting it is refused.
+    one stream), so it goes to the one proxied call waiting: when two calls wait at once
+    it is refused rather than recorded in a call that may not have asked, or shown to a
+    person who may not be the one asked (a log line is dropped when calls of two
+    connections wait), and with no call waiting it is refused.
     A log line with no call waiting goes to the one client connection attached (``attach``)
-    when there is exactly one.
+    when it is the only one ever attached.
     """
 
     def __init__(self) -> None:
         self._waiting: list[Downstream] = []
         #: the client connections this upstream connection serves (while they live)
         self._clients: weakref.WeakSet[Connection] = weakref.WeakSet()
+        #: how many client connections it has ever served (a gone one's log lines must
+        #: not reach the next client: an out-of-call line goes only where there was one)
+        self._served = 0
 
     def client_options(self, capabilities: Collection[str] | None = None) -> dict[str, Any]:
         """Keyword arguments for ``mcp.Client``: the callbacks that relay to the client.
@@ -289,6 +294,8 @@ class Relay:
         """``connection`` (a client's) is served by this upstream connection."""
         if connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # (A 2026-07-28 connection lives one request and takes no log outside it.)
+            if connection not in self._clients:
+                self._served += 1
             self._clients.add(connection)
 
     def enter(self, downstream: Downstream) -> None:
@@ -304,8 +311,12 @@ class Relay:
         if downstream in self._waiting:
             self._waiting.remove(downstream)
 
-    def _target(self) -> Downstream | None:
+    def _target(self, *, one_call: bool = False) -> Downstream | None:
         if not self._waiting:
+            return None
+        if one_call and len(self._waiting) > 1:
+            # A request names no call: with two waiting (even of one client), which one
+            # asked is unknown, and its exchange would be recorded in a guessed call.
             return None
         latest = self._waiting[-1]
         if any(d.connection is not latest.connection for d in self._waiting):
@@ -315,11 +326,11 @@ class Relay:
     async def _relay_request(
         self, capability: str, method: str, request: Any, result_type: type[Any]
     ) -> Any:
-        target = self._target()
+        target = self._target(one_call=True)
         if target is None:
             return types.ErrorData(
                 code=types.INVALID_REQUEST,
-                message=f"{method}: no one client's call is waiting on this upstream",
+                message=f"{method}: no one call is waiting on this upstream",
             )
         if not target.declared(capability):
             refusal = types.ErrorData(
@@ -355,8 +366,10 @@ class Relay:
         if self._waiting:
             return  # calls of several connections wait: not guessed
         clients = list(self._clients)
-        if len(clients) != 1:
-            return  # no call waits and no one client is served: nobody to tell
+        if len(clients) != 1 or self._served != 1:
+            # No call waits and not one client served ever (one that left may be the
+            # one the line is about): nobody to tell.
+            return
         (client,) = clients
         if not _wanted(client, params.level):
             return

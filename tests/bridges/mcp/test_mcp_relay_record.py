@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import mcp_types as types
 
-from agent_adapter.bridges.mcp._relay import Downstream
+from agent_adapter.bridges.mcp._relay import Downstream, Relay
 from agent_adapter.errors import LedgerError
 
 
@@ -89,3 +90,62 @@ async def test_an_answer_that_cannot_be_recorded_is_not_handed_on() -> None:
         message="elicitation/create: the exchange could not be recorded (ledger x is closed); "
         "not relayed",
     )
+
+
+class Connection:
+    """A client connection (a fake): what ``Relay.attach`` reads of one."""
+
+    protocol_version = "2025-11-25"
+
+
+def waiting(relay: Relay, connection: Connection, answer: Any) -> Recorder:
+    """A call of ``connection`` waiting on ``relay``; returns its recorder."""
+    downstream = Downstream(Context(Session(answer)))
+    downstream.__dict__["connection"] = connection  # (the cached property's value)
+    recorder = Recorder()
+    downstream.recorder = recorder  # type: ignore[assignment]
+    relay.enter(downstream)
+    return recorder
+
+
+async def test_a_question_while_two_calls_of_one_client_wait_is_recorded_in_neither() -> None:
+    """The upstream's request names no call: with two waiting, which one asked is unknown,
+    so it is refused, never recorded as an exchange of a call that may not have asked."""
+    relay = Relay()
+    client = Connection()
+    answer = types.ElicitResult(action="accept", content={})
+    first = waiting(relay, client, answer)
+    second = waiting(relay, client, answer)
+    got = await relay._elicit(None, elicitation().params)
+    assert isinstance(got, types.ErrorData)
+    assert got.code == types.INVALID_REQUEST
+    assert (first.recorded, second.recorded) == ([], [])
+
+
+class Listening(Connection):
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+        self.lines: list[Any] = []
+
+    async def log(self, level: str, data: Any, logger: str | None = None) -> None:
+        self.lines.append(data)
+
+
+async def test_a_log_line_outside_a_call_never_reaches_the_client_after_another_left() -> None:
+    """Over HTTP one upstream connection serves client after client: a line no call
+    waits for may be about the one that left, so the one still there never gets it."""
+    relay = Relay()
+    alone = Listening()
+    relay.attach(alone)
+    line = types.LoggingMessageNotificationParams(level="info", data="for the one client")
+    await relay._log(line)
+    assert alone.lines == ["for the one client"]  # (stdio: its one client gets it)
+    relay.attach(alone)  # (the same client again, on its next request)
+    gone, stays = Listening(), Listening()
+    relay = Relay()
+    relay.attach(gone)
+    relay.attach(stays)
+    del gone
+    gc.collect()
+    await relay._log(types.LoggingMessageNotificationParams(level="info", data="gone's"))
+    assert stays.lines == []
