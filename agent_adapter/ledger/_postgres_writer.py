@@ -59,6 +59,7 @@ from ._postgres_schema import (
     CLAIMED,
     STALE,
     connection_lost,
+    durable_wait_sql,
     q,
     retryable,
     server_refused,
@@ -141,6 +142,12 @@ class _ClaimRefused(Exception):
         self.refused = refused
 
 
+def _past_append(exc: BaseException) -> bool:
+    """A server's refusal of ``append_durable`` that may come after its append committed:
+    one that ``append_events`` did not raise (its context names the function)."""
+    return "append_events(" not in str(getattr(exc, "context", None) or "")
+
+
 async def read_since(conn: asyncpg.Connection, schema: str, after: int, where: str) -> list[Event]:
     """The committed events past ``after``, decoded (in a transaction, or without one)."""
     rows = await conn.fetch(
@@ -194,10 +201,20 @@ class PgWriter:
         )
         s = q(self._schema)
         self._lock_ms = str(int(self._wait_s * 1000))
-        # One append transaction (see _postgres_schema.append_function_sql).
+        # One append transaction (see _postgres_schema.append_function_sql), in a block;
+        # outside one, the procedure around it, whose commit does not hold the head
+        # through the WAL flush and whose call returns after it (append_procedure_sql).
+        params = ", ".join(f"${i}" for i in range(1, 15))
         self._append = (
-            "SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM"
-            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 15))})"
+            f"SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM {s}.append_events({params})"
+        )
+        self._append_durable = f"CALL {s}.append_durable({params})"
+        # A flush past every commit seen so far (see durable_wait_sql), alone or with
+        # the read of what others committed.
+        self._durable = durable_wait_sql(self._schema)
+        self._read_durable = (
+            f"WITH flushed AS ({self._durable} RETURNING 1) SELECT seq, prev, hash, payload"
+            f" FROM {s}.events WHERE seq > $1 ORDER BY seq"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
         # (A pool's connection has the service's settings: the wait is set here.)
@@ -265,12 +282,18 @@ class PgWriter:
         since = min(f.delivered for f in follows)
         try:
             conn = await self._connection(time.monotonic() + self._wait_s)
-            foreign = await read_since(conn, self._schema, since, self._where)
+            foreign = await self._read_flushed(conn, since)
         except Exception as exc:
             _log.warning("ledger %s: catching up followers failed: %s", self._where, exc)
             return
         if foreign:
             hand_over(follows, [], (foreign, foreign[-1].seq, []))
+
+    async def _read_flushed(self, conn: asyncpg.Connection, since: int) -> list[Event]:
+        """The committed events past ``since``, returned once they are durable: the
+        statement writes a flush mark, so its commit waits for the WAL flush past every
+        commit it saw (another writer's commit returns before its flush)."""
+        return _decoded_rows(await conn.fetch(self._read_durable, since), self._where)
 
     # -- transactions --------------------------------------------------------------------
 
@@ -315,10 +338,23 @@ class PgWriter:
                 conn = await self._connection(deadline)
                 return await self._transaction(conn, batches, follows, refused)
             except _ClaimRefused as found:
+                # Each answer refuses batches not refused before: this ends.
                 refused.update(found.refused)
                 continue
             except _Stale:
-                continue  # another writer moved the head: read it this time
+                # A claim written around the head lock (nothing was written): go again,
+                # but not past the deadline (such a writer could win every time).
+                if time.monotonic() < deadline:
+                    continue
+                self._fail(
+                    batches,
+                    LedgerError(
+                        f"ledger {self._where}: appending: effect claims kept being written "
+                        f"around the head lock for {self._wait_s:g} s (by something that "
+                        "is not an agent-adapter writer); nothing was written"
+                    ),
+                )
+                return None
             except _LostCommit as lost:
                 try:
                     landed = await self._landed(lost.seq, lost.hash, deadline)
@@ -335,6 +371,11 @@ class PgWriter:
                     return None
                 if landed:
                     return lost.done
+                if server_refused(lost.cause):
+                    # The server refused the call before its commit: nothing was written.
+                    error = translate(self._where, "appending", lost.cause, self._wait_s)
+                    self._fail(batches, error)
+                    return None
                 _log.warning(
                     "ledger %s: COMMIT was lost and did not land; writing it again", self._where
                 )
@@ -391,6 +432,9 @@ class PgWriter:
                     await conn.execute(self._lock_wait)
                     await conn.fetchrow(self._lock_head)
                     found = await conn.fetchval(self._hash_at, seq)
+                    # Its commit waits for the flush past the row found: it may have
+                    # committed without one (append_durable's first transaction).
+                    await conn.execute(self._durable)
                 return bool(found == hash_)
             except Exception as exc:
                 if server_refused(exc) or time.monotonic() >= deadline:
@@ -415,7 +459,7 @@ class PgWriter:
             # are serialized by the head lock), so a read without a lock is the truth.
             if heard is None:
                 return foreign, 0, []
-            foreign = await read_since(conn, schema, heard, where)
+            foreign = await self._read_flushed(conn, heard)
             through = max(f.delivered for f in follows)
             return foreign, max(foreign[-1].seq if foreign else 0, through), []
         # The head as our last commit left it; without one, the first call only asks
@@ -464,6 +508,8 @@ class PgWriter:
                 if not rows:  # every batch refused: nothing to write
                     if in_block:
                         await conn.execute("ROLLBACK")
+                    # What the refusals and the followers rest on, durable first.
+                    await conn.execute(self._durable)
                     return foreign, head_seq, written
             mac = head_mac(seq, prev, key) if rows else ""
             try:
@@ -471,8 +517,10 @@ class PgWriter:
             except (LedgerError, _Stale):
                 raise
             except Exception as exc:
-                if rows and not in_block and not server_refused(exc):
-                    # Sent, and no answer: the call may have committed.
+                if rows and not in_block and (not server_refused(exc) or _past_append(exc)):
+                    # Sent, and no answer: the call may have committed. A refusal too,
+                    # unless append_events raised it: the procedure's append commits
+                    # before its flush mark is written.
                     raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 raise
             kind = answer[0][0]
@@ -533,7 +581,7 @@ class PgWriter:
         values = list(claims.values())
         try:
             answer: list[Any] = await conn.fetch(
-                self._append,
+                self._append if in_block else self._append_durable,
                 *expected,
                 since,
                 not in_block,
@@ -547,6 +595,8 @@ class PgWriter:
                 mac,
                 self._ledger.channel,
             )
+            if not in_block:  # the procedure's one row of five arrays, as rows
+                answer = list(zip(*answer[0], strict=True))
             return answer
         except Exception as exc:
             if server_refused(exc):

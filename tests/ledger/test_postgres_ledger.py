@@ -65,7 +65,7 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
         await ledger.append(_event(0))
         writer = ledger._writer
         assert writer is not None and writer._conn is not None
-        flaky = _FlakyCommit(writer._conn, writer._append, lands=lands)
+        flaky = _FlakyCommit(writer._conn, writer._append_durable, lands=lands)
         writer._conn = flaky
         stored = await ledger.append_many([_event(1), _event(2)])
         assert flaky.tripped
