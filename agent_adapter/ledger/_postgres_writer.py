@@ -212,6 +212,7 @@ class PgWriter:
         # A flush past every commit seen so far (see durable_wait_sql), alone or with
         # the read of what others committed.
         self._durable = durable_wait_sql(self._schema)
+        self._commit_early = "SET LOCAL synchronous_commit = off; COMMIT"
         self._read_durable = (
             f"WITH flushed AS ({self._durable} RETURNING 1) SELECT seq, prev, hash, payload"
             f" FROM {s}.events WHERE seq > $1 ORDER BY seq"
@@ -526,11 +527,17 @@ class PgWriter:
             kind = answer[0][0]
             if kind == APPENDED:
                 if in_block:
+                    # As the procedure does: the head is free at COMMIT, before the
+                    # flush, and the flush mark's commit waits for the flush past it.
                     try:
-                        await conn.execute("COMMIT")
+                        await conn.execute(self._commit_early)
                     except Exception as exc:
                         if server_refused(exc):
                             raise
+                        raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
+                    try:
+                        await conn.execute(self._durable)
+                    except Exception as exc:  # committed, durable or not: read it back
                         raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 self._known = (seq, prev, mac)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.

@@ -21,6 +21,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -259,3 +260,53 @@ async def test_a_migration_lock_held_elsewhere_fails_the_open_after_its_timeout(
     finally:
         await conn.close()
     assert version == "3"
+
+
+class _Recording:
+    """The writer's connection, recording each statement it sends."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.sent: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._conn, name)
+        if name not in ("execute", "fetch", "fetchrow", "fetchval"):
+            return attr
+
+        async def recorded(sql: str, *args: Any) -> Any:
+            self.sent.append(sql.split("(")[0].split(" FROM ")[-1].strip())
+            return await attr(sql, *args)
+
+        return recorded
+
+
+async def test_a_writer_that_takes_the_head_in_a_block_also_commits_before_the_flush(
+    postgres_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its stale answers (here one) a writer holds the head in a block; its COMMIT
+    too goes without the flush (the head free at once), and the append returns after
+    the flush mark's own commit; the chain goes on and verifies."""
+    from agent_adapter.ledger import _postgres_writer
+
+    monkeypatch.setattr(_postgres_writer, "_OPTIMISTIC_TRIES", 1)
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_requested("c0"))
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+            await other.append(_requested("o0"))
+        writer = ledger._writer
+        assert writer is not None
+        recording = _Recording(writer._conn)
+        writer._conn = recording
+        last = await ledger.append(_requested("c1"))
+        schema = f'"{pg_schema}"'
+        assert recording.sent == [
+            f"CALL {schema}.append_durable",  # stale: the other's head
+            "BEGIN",
+            f"{schema}.append_events",  # the head, now locked to COMMIT
+            f"{schema}.append_events",  # written on it
+            "SET LOCAL synchronous_commit = off; COMMIT",
+            f"INSERT INTO {schema}.flushes AS f",
+        ]
+        assert last.seq == 3
+        assert await ledger.verify() == Verification(ok=True, checked=3)
