@@ -82,6 +82,8 @@ _HEX = re.compile(r"[0-9a-f]{64}|")
 # and the chaining. Measured with 4 processes x 16 appenders (3 rounds each, load 10): 2
 # tries ~1,260-1,700 events/s, 8 tries ~1,430-2,950, unbounded ~1,450-2,400.
 _OPTIMISTIC_TRIES = 8
+# Commits after a stale answer that go through append_durable (see PgWriter._contended).
+_CONTENDED_COMMITS = 8
 # What a commit leaves for the followers (see _batches.hand_over).
 _Done = tuple[list[Event], int, list[Written]]
 
@@ -209,6 +211,11 @@ class PgWriter:
             f"SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM {s}.append_events({params})"
         )
         self._append_durable = f"CALL {s}.append_durable({params})"
+        #: commits left to go through the procedure since the last stale answer: while
+        #: other writers move the head it is worth freeing it before the flush; alone,
+        #: the function's own synchronous commit is one fsync where the procedure's
+        #: early commit wakes the server's WAL writer for a second one
+        self._contended = 0
         # A flush past every commit seen so far (see durable_wait_sql), alone or with
         # the read of what others committed.
         self._durable = durable_wait_sql(self._schema)
@@ -518,7 +525,12 @@ class PgWriter:
             except (LedgerError, _Stale):
                 raise
             except Exception as exc:
-                if rows and not in_block and (not server_refused(exc) or _past_append(exc)):
+                durable = not in_block and self._contended > 0
+                if (
+                    rows
+                    and not in_block
+                    and (not server_refused(exc) or (durable and _past_append(exc)))
+                ):
                     # Sent, and no answer: the call may have committed. A refusal too,
                     # unless append_events raised it: the procedure's append commits
                     # before its flush mark is written.
@@ -540,10 +552,12 @@ class PgWriter:
                     except Exception as exc:  # committed, durable or not: read it back
                         raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 self._known = (seq, prev, mac)
+                self._contended = max(0, self._contended - 1)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.
                 self.hint = max(self.hint, seq)
                 return foreign, seq, written
             if kind == STALE:
+                self._contended = _CONTENDED_COMMITS
                 _, at, at_mac, at_hash, _ = answer[0]
                 expected = (int(at), str(at_hash), str(at_mac))
                 if not _HEX.fullmatch(expected[1]) or not hmac.compare_digest(
@@ -586,9 +600,10 @@ class PgWriter:
     ) -> list[Any]:
         """The append function's call (one round trip; outside a block its commit)."""
         values = list(claims.values())
+        durable = not in_block and self._contended > 0
         try:
             answer: list[Any] = await conn.fetch(
-                self._append if in_block else self._append_durable,
+                self._append_durable if durable else self._append,
                 *expected,
                 since,
                 not in_block,
@@ -602,7 +617,7 @@ class PgWriter:
                 mac,
                 self._ledger.channel,
             )
-            if not in_block:  # the procedure's one row of five arrays, as rows
+            if durable:  # the procedure's one row of five arrays, as rows
                 answer = list(zip(*answer[0], strict=True))
             return answer
         except Exception as exc:
