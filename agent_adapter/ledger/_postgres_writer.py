@@ -25,13 +25,28 @@ outside a transaction block, so that the call is its commit: one round trip.
    transaction is sent again without it. A table that does not end at the head refuses
    the append (appending would cover the evidence), with the reason read off the table.
 
-Lost commits. A connection that fails while the call (or a block's COMMIT) is under way
-leaves the outcome unknown. The writer reconnects and takes the head lock (so the old
-transaction, which held it, has ended one way or the other), then looks for its last row
-by seq and hash: found, the batch committed; not found, it did not, and only then is it
-written again. Nothing is appended twice. A database that stays away past ``timeout_s``
-fails the batches with ``LedgerError``: they are not reported done (they may have landed;
-the next writer that reads the ledger sees them, and they are never stored twice).
+Durability (schema version 3). While other writers move the head (within
+``_CONTENDED_COMMITS`` commits of a stale answer) the call is ``CALL append_durable``:
+the function's transaction commits without waiting for the WAL flush, so the head is
+free for the next writer at once, and a second transaction in the same call commits a
+flush mark, which returns after the flush past both (``append_procedure_sql``). A
+writer alone calls the function, whose commit is synchronous (one fsync). Either way
+nothing leaves this writer before the flush past what it acts on: an append is
+acknowledged after it; the others' rows are handed to followers, and refuse claims,
+only after a flush of this connection's own past them (the procedure's, or a flush
+mark written for the purpose, ``_read_flushed``); the lost-commit resolution writes a
+flush mark before it answers. A server crash loses a suffix of the chain (the WAL is
+in commit order): only commits nobody has acted on.
+
+Lost commits. A connection that fails while the call (or a block's COMMIT, or the flush
+mark after it) is under way, or a refusal of the procedure that ``append_events`` did
+not raise (it may follow the append's commit), leaves the outcome unknown. The writer
+reconnects and takes the head lock (so the old transaction, which held it, has ended one
+way or the other), then looks for its last row by seq and hash: found, the batch
+committed; not found, it did not, and only then is it written again. Nothing is appended
+twice. A database that stays away past ``timeout_s`` fails the batches with
+``LedgerError``: they are not reported done (they may have landed; the next writer that
+reads the ledger sees them, and they are never stored twice).
 """
 
 from __future__ import annotations
