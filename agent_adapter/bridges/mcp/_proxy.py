@@ -67,6 +67,10 @@ RESULT_MARK = "\nio.agent-adapter/upstream-result: "
 #: The kinds whose recorded error may carry the upstream's result (its own answers).
 _REPORTED_KINDS = ("tool-failed", "tool-error")
 
+#: The SDK's own errors for a request the upstream did not answer (its timeout, a
+#: connection that closed before the answer): any other code is the upstream's answer.
+_UNANSWERED = (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+
 
 class UpstreamError(Exception):
     """The upstream answered with an error that does not prove the tool did nothing.
@@ -285,9 +289,13 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
             options["progress_callback"] = downstream.progress
         if relay is not None and downstream is not None:
             relay.enter(downstream)
+        # Whether the upstream answered the request (a result or its own error): a call
+        # that stops waiting before then leaves the upstream's later questions unplaced.
+        answered = False
         try:
             async with asyncio.timeout(timeout):
                 result = await upstream.call_tool(tool, args, meta=meta, **options)
+            answered = True
         except TimeoutError:
             if safe:
                 raise ToolError(f"upstream {tool} did not answer within {timeout:g} s") from None
@@ -295,6 +303,7 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
                 f"upstream {tool} did not answer within {timeout:g} s; it may have run"
             ) from None
         except MCPError as exc:
+            answered = exc.error.code not in _UNANSWERED
             if exc.error.code == types.CONNECTION_CLOSED:
                 link.closed = True  # this call may have reached it; the next ones cannot
             elif await unlisted(upstream):
@@ -305,13 +314,16 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
             raise unknown(f"upstream {tool}: error {exc.error.code}: {exc}") from None
         except anyio.ClosedResourceError:
             # Our side of the connection was already closed: nothing was sent.
+            answered = True
             raise ToolError(
                 f"upstream {tool}: the connection is closed; nothing was sent"
             ) from None
         except Exception as exc:
             raise unknown(f"upstream {tool}: {type(exc).__name__}: {exc}") from None
         finally:
-            if relay is not None and downstream is not None:
+            if relay is not None and not answered:
+                relay.abandon(downstream)
+            elif relay is not None and downstream is not None:
                 relay.leave(downstream)
         if not isinstance(result, types.CallToolResult):
             raise unknown(f"upstream {tool} answered {type(result).__name__}, not a tool result")

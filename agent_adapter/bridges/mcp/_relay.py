@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.metadata
+import logging
 import warnings
 import weakref
 from collections.abc import Collection, Iterator
@@ -58,6 +59,8 @@ FORWARDED: tuple[str, ...] = ("elicitation", "sampling")
 
 #: Where a client connection's ``logging/setLevel`` is kept (``Connection.state``).
 _LEVEL_STATE = "io.agent-adapter/log-level"
+_logger = logging.getLogger("agent_adapter.bridges.mcp")
+
 _LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -266,6 +269,12 @@ class Relay:
     connections wait), and with no call waiting it is refused.
     A log line with no call waiting goes to the one client connection attached (``attach``)
     when it is the only one ever attached.
+
+    Once a call ended while its upstream request was unanswered (a timeout, a cancel, a
+    wait cut short: ``abandon``), the upstream may still be running that call's tool and
+    ask for it later, inside another call's wait: from then on this connection's
+    questions are refused, for its life (the SDK shows no sign of when an abandoned
+    request ends; an upstream usually does not answer a cancelled request at all).
     """
 
     def __init__(self) -> None:
@@ -275,6 +284,8 @@ class Relay:
         #: how many client connections it has ever served (a gone one's log lines must
         #: not reach the next client: an out-of-call line goes only where there was one)
         self._served = 0
+        #: how many calls ended while their upstream request was unanswered
+        self.abandoned = 0
 
     def client_options(self, capabilities: Collection[str] | None = None) -> dict[str, Any]:
         """Keyword arguments for ``mcp.Client``: the callbacks that relay to the client.
@@ -311,6 +322,20 @@ class Relay:
         if downstream in self._waiting:
             self._waiting.remove(downstream)
 
+    def abandon(self, downstream: Downstream | None) -> None:
+        """A call (``downstream``'s, or one with no client) stopped waiting before the
+        upstream answered its request: what the upstream asks from now on may be for it,
+        so no question is relayed on this connection any more."""
+        if downstream is not None:
+            self.leave(downstream)
+        self.abandoned += 1
+        if self.abandoned == 1:
+            _logger.warning(
+                "an MCP upstream call ended before the upstream answered it; the upstream "
+                "may still ask for it, so this upstream connection's elicitation and "
+                "sampling requests are refused from now on"
+            )
+
     def _target(self, *, one_call: bool = False) -> Downstream | None:
         if not self._waiting:
             return None
@@ -326,6 +351,13 @@ class Relay:
     async def _relay_request(
         self, capability: str, method: str, request: Any, result_type: type[Any]
     ) -> Any:
+        if self.abandoned:
+            # Not shown to, answered by, or recorded in a call that may not have asked.
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=f"{method}: refused: a call on this connection ended before the "
+                "upstream answered it, so which call this request is for is unknown",
+            )
         target = self._target(one_call=True)
         if target is None:
             return types.ErrorData(

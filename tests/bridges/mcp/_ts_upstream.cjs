@@ -125,6 +125,25 @@ async function elicit(extra, params) {
   return text(`Elicitation completed: action=${answer.action}, content=${JSON.stringify(answer.content || {})}`);
 }
 
+const TRANSFER = {
+  type: "object",
+  properties: { to: { type: "string" }, amount: { type: "integer" } },
+  required: ["to", "amount"],
+};
+
+async function askWhenTold(args) {
+  while (!fs.existsSync(`${LOG}.${args.to}`)) await sleep(10);
+  let outcome;
+  try {
+    const answer = await server.elicitInput({ message: `Confirm transfer of ${args.amount} to ${args.to}?`, requestedSchema: EMPTY });
+    outcome = answer.action;
+  } catch (error) {
+    outcome = `error ${error.code}: ${error.message}`;
+  }
+  fs.appendFileSync(LOG, `asked ${args.to}: ${outcome}\n`);
+  return text(outcome);
+}
+
 const TOOLS = {
   test_simple_text: {
     description: "Tests simple text content response",
@@ -273,6 +292,12 @@ const TOOLS = {
       }
     },
   },
+  // Not the suite's: a handler that, as handlers do by default, ignores its AbortSignal
+  // and asks through the server-level method (no link to its request), once the test
+  // creates the file LOG.<to>; it logs "asked <to>: <outcome>" and returns the outcome.
+  // Two names, so one can time out (by policy) while the other waits on.
+  ask_when_told: { description: "Asks to confirm a transfer when told", inputSchema: TRANSFER, run: askWhenTold },
+  ask_when_told_patient: { description: "The same, under another policy", inputSchema: TRANSFER, run: askWhenTold },
   structured_report: {
     description: "Structured content, an output schema, a resource link, annotations and _meta",
     title: "Structured report",

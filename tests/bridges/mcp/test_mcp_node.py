@@ -26,7 +26,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
-from mcp_helpers import Answers, checked_audit, ours
+from mcp_helpers import Answers, checked_audit, events_of, ours
 from test_mcp_cli import CLI, audit_of, env, start_http
 
 from agent_adapter import Executor, Registry
@@ -231,6 +231,68 @@ async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_ke
 
 def pinned(name: str) -> dict[str, str]:
     return {META_RUN_ID: "run-1", META_CALL_ID: f"call-{name}"}
+
+
+async def logged(log: Path, line: str) -> list[str]:
+    """The upstream's log once it has a line starting with ``line`` (what the upstream
+    did is the gate: no sleep stands for it); at most 60 s."""
+    async with asyncio.timeout(60):
+        while not any(x.startswith(line) for x in lines(log)):  # noqa: ASYNC110 (another process writes it)
+            await asyncio.sleep(0.01)
+    return lines(log)
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def test_a_timed_out_calls_late_question_is_refused_not_put_to_the_next_call(
+    node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28's orphan: call 1 times out while its upstream handler runs on and asks
+    (server.elicitInput: no link to its request) while call 2 waits. The question is
+    never shown to call 2's client nor recorded in call 2: refused with -32600, and so is
+    every later question on that connection (call 2's own, too: whose it is is unknown)."""
+    accept = types.ElicitResult(action="accept", content={})
+    answers = Answers(accept, accept)
+    policy = {"ask_when_told": {"timeout": 0.5}}
+    async with ts_gateway(tmp_path, policy) as (server, executor, log):
+        async with Client(server, mode="legacy", elicitation_callback=answers) as client:
+            first = await client.call_tool(
+                "ask_when_told", {"to": "eve", "amount": 9999}, meta=pinned("eve")
+            )
+            second = asyncio.ensure_future(
+                client.call_tool(
+                    "ask_when_told_patient", {"to": "bob", "amount": 10}, meta=pinned("bob")
+                )
+            )
+            await logged(log, "ask_when_told_patient")  # call 2 waits on the upstream
+            (tmp_path / "upstream.log.eve").touch()  # call 1's handler asks now
+            await logged(log, "asked eve")
+            (tmp_path / "upstream.log.bob").touch()
+            result = await second
+        events = await events_of(executor.ledger)
+        audit = replay(events, await executor.ledger.verify())
+    assert ours(first.meta) == {META_KIND: "tool-timeout"}
+    assert answers.asked == []  # nobody was shown either question
+    refused = (
+        "error -32600: MCP error -32600: elicitation/create: refused: a call on this "
+        "connection ended before "
+        "the upstream answered it, so which call this request is for is unknown"
+    )
+    assert lines(log) == [
+        "ask_when_told",
+        "ask_when_told_patient",
+        f"asked eve: {refused}",
+        f"asked bob: {refused}",
+    ]
+    assert result.content[0].text == refused  # type: ignore[union-attr]
+    assert [e for e in events if isinstance(e, CallExchanged)] == []
+    assert audit.call("run-1", "call-bob").outcome == "call.succeeded"
+    assert audit.call("run-1", "call-bob").exchanges == []
+    assert audit.problems() == []
+    warned = [r for r in caplog.records if "refused from now on" in r.getMessage()]
+    assert len(warned) == 1  # one warning, not one per question
 
 
 async def test_results_and_listings_pass_through_and_replay_the_same(

@@ -149,3 +149,17 @@ async def test_a_log_line_outside_a_call_never_reaches_the_client_after_another_
     gc.collect()
     await relay._log(types.LoggingMessageNotificationParams(level="info", data="gone's"))
     assert stays.lines == []
+
+
+async def test_after_a_call_left_unanswered_a_question_is_refused_even_with_one_waiting() -> None:
+    """A call that stopped waiting before the upstream answered (``abandon``) may still be
+    asked for later: the one call waiting then is not told, nor is it recorded in it."""
+    relay = Relay()
+    answer = types.ElicitResult(action="accept", content={})
+    relay.abandon(None)
+    alone = waiting(relay, Connection(), answer)
+    got = await relay._elicit(None, elicitation().params)
+    assert isinstance(got, types.ErrorData)
+    assert got.code == types.INVALID_REQUEST
+    assert "ended before the upstream answered it" in got.message
+    assert alone.recorded == []
