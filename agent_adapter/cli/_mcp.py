@@ -192,9 +192,12 @@ def _exports(registry: Registry) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
+    from ..bridges.mcp._upstream import UpstreamUnavailable, leaf_error
+
     # anyio wraps a failure to connect in exception groups: the first leaf says why.
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = leaf_error(exc)
+    if isinstance(exc, UpstreamUnavailable):
+        return str(exc)  # (names the cause already)
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -14,7 +14,7 @@ from ._policy import ToolPolicy, load_policy, parse_policy
 from ._proxy import UpstreamError, proxy
 from ._relay import Relay
 from ._server import drain, exported_tools, mcp_server
-from ._upstream import Upstream
+from ._upstream import Upstream, UpstreamUnavailable
 from ._wire import answering, answering_http
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "ToolPolicy",
     "Upstream",
     "UpstreamError",
+    "UpstreamUnavailable",
     "answering",
     "answering_http",
     "drain",

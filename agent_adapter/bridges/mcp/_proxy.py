@@ -41,7 +41,7 @@ from ._relay import (
     current_downstream,
     forwarded_capabilities,
 )
-from ._upstream import NONE, Upstream, UpstreamSession, describe
+from ._upstream import NONE, Upstream, UpstreamSession, UpstreamUnavailable, describe
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -239,6 +239,8 @@ async def client_view(registry: Registry, session: Any) -> ClientView:
     for upstream in upstreams:
         try:
             opened = await upstream.session(capabilities)
+        except UpstreamUnavailable as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
         except Exception as exc:
             raise MCPError(
                 code=types.INTERNAL_ERROR,
@@ -353,6 +355,8 @@ def _route_to(upstream: Upstream, tool: str) -> _Route:
         capabilities = NONE if downstream is None else downstream.capabilities
         try:
             session = await upstream.session(capabilities)
+        except UpstreamUnavailable as exc:
+            raise ToolError(f"upstream {tool}: {exc}") from None
         except Exception as exc:
             raise ToolError(
                 f"upstream {tool}: cannot connect for a client that declared "

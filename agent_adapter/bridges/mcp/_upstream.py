@@ -8,19 +8,37 @@ elicitation, sampling, both). The one with none is opened at start (the check th
 upstream works); each other when the first client with that set arrives (over stdio
 another process of the command, for a URL another connection); all close with the
 gateway. Each has its own ``Relay`` and its own tool listing.
+
+Opening one (the SDK's ``initialize``, then ``tools/list``) waits at most
+``open_timeout`` seconds: an upstream that never answers would otherwise hold every
+client with that set (they share one opening) forever. Every client waiting on a failed
+opening gets the same ``UpstreamUnavailable``; the next request tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import shlex
 from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 
+from ...errors import ToolUsageError
 from ._relay import FORWARDED, Relay
 
-__all__ = ["Upstream", "UpstreamSession"]
+__all__ = [
+    "DEFAULT_OPEN_TIMEOUT_S",
+    "Upstream",
+    "UpstreamSession",
+    "UpstreamUnavailable",
+    "leaf_error",
+]
+
+#: How long opening an upstream connection (initialize and tools/list) may take.
+DEFAULT_OPEN_TIMEOUT_S = 30.0
 
 #: No forwarded capability: what the gateway declares to its upstream at start.
 NONE: frozenset[str] = frozenset()
@@ -50,6 +68,27 @@ class UpstreamSession:
         return self.tools is None or name in self.tools
 
 
+class UpstreamUnavailable(Exception):
+    """An upstream connection could not be opened (nothing was sent on it); the message
+    names the upstream, the capability set and the real cause."""
+
+
+def leaf_error(exc: BaseException) -> BaseException:
+    """The error an exception group (anyio's task groups wrap one) stands for: its first
+    leaf; any other error as it is."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _label(target: Any) -> str:
+    # A command line for stdio parameters, a URL as it is.
+    command = getattr(target, "command", None)
+    if isinstance(command, str):
+        return shlex.join([command, *(getattr(target, "args", None) or [])])
+    return str(target)
+
+
 def describe(capabilities: frozenset[str]) -> str:
     """``"sampling and elicitation"``-style words for a capability set (``"none"``)."""
     return " and ".join(sorted(capabilities)) or "none"
@@ -63,9 +102,22 @@ class Upstream:
     connection's relay supplies those). Use it as ``async with Upstream(target) as up``
     (which opens the connection that declares nothing, and fails as ``mcp.Client``
     fails when the upstream cannot be reached), then ``proxy(registry, up)``.
+    ``open_timeout`` (seconds) bounds each connection's opening.
     """
 
-    def __init__(self, target: Any, **options: Any) -> None:
+    def __init__(
+        self, target: Any, *, open_timeout: float = DEFAULT_OPEN_TIMEOUT_S, **options: Any
+    ) -> None:
+        if (
+            isinstance(open_timeout, bool)
+            or not isinstance(open_timeout, int | float)
+            or not math.isfinite(open_timeout)
+            or open_timeout <= 0
+        ):
+            raise ToolUsageError(
+                f"open_timeout must be a positive number of seconds, not {open_timeout!r}"
+            )
+        self.open_timeout = float(open_timeout)
         self._target = target
         self._options = options
         self._sessions: dict[frozenset[str], UpstreamSession] = {}
@@ -94,8 +146,9 @@ class Upstream:
     async def session(self, capabilities: frozenset[str]) -> UpstreamSession:
         """The connection for clients that declared ``capabilities`` (opened if need be).
 
-        Raises what ``mcp.Client`` raises when it cannot connect (a later call tries
-        again), and RuntimeError once the upstream is closed.
+        Raises ``UpstreamUnavailable`` when it cannot be opened within ``open_timeout``
+        (naming the cause; a later call tries again), and RuntimeError once the upstream
+        is closed.
         """
         capabilities = frozenset(capabilities) & frozenset(FORWARDED)
         found = self._sessions.get(capabilities)
@@ -126,8 +179,21 @@ class Upstream:
         try:
             from mcp import Client
 
-            async with Client(self._target, **options) as client:
-                listed = await client.list_tools()
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    async with asyncio.timeout(self.open_timeout):
+                        client = await stack.enter_async_context(Client(self._target, **options))
+                        listed = await client.list_tools()
+                except TimeoutError:
+                    raise self._unavailable(
+                        capabilities,
+                        f"no answer to initialize and tools/list within {self.open_timeout:g} s",
+                    ) from None
+                except Exception as exc:
+                    cause = leaf_error(exc)
+                    raise self._unavailable(
+                        capabilities, f"{type(cause).__name__}: {cause}"
+                    ) from cause
                 session = UpstreamSession(
                     client, relay, {t.name: t for t in listed.tools}, capabilities
                 )
@@ -147,6 +213,12 @@ class Upstream:
         finally:
             if self._opening.get(capabilities) is opening:
                 del self._opening[capabilities]  # (a failed open is tried again later)
+
+    def _unavailable(self, capabilities: frozenset[str], why: str) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"cannot open the upstream {_label(self._target)} for clients that declared "
+            f"{describe(capabilities)}: {why}; nothing was sent, a later request tries again"
+        )
 
     async def aclose(self) -> None:
         """Close every connection (each ends in the task that opened it)."""

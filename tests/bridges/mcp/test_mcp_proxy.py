@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import shlex
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +18,14 @@ from mcp_helpers import Answers, accept, by_call, checked_audit, ours
 
 from agent_adapter import Executor, Registry
 from agent_adapter.errors import ToolUsageError
-from agent_adapter.integrations.mcp import META_CALL_ID, META_KIND, mcp_server, proxy
+from agent_adapter.integrations.mcp import (
+    META_CALL_ID,
+    META_KIND,
+    Upstream,
+    UpstreamUnavailable,
+    mcp_server,
+    proxy,
+)
 from agent_adapter.ledger import MemoryLedger, replay
 
 pytestmark = pytest.mark.usefixtures("bounded")
@@ -364,3 +373,78 @@ async def test_a_call_recorded_with_its_exchanges_in_the_value_replays_without_t
     }
     assert "io.agent-adapter/exchanges" not in str(answered)
     assert ran(log) == []
+
+
+STUCK = Path(__file__).with_name("_mcp_stuck_upstream.py")
+
+
+def stuck_params(gate: Path, log: Path) -> StdioServerParameters:
+    """The test upstream, but one that never answers initialize while ``gate`` exists."""
+    return StdioServerParameters(command=sys.executable, args=[str(STUCK), str(gate), str(log)])
+
+
+async def test_an_upstream_that_never_answers_initialize_fails_its_opening_in_time(
+    tmp_path: Path,
+) -> None:
+    """The opening is bounded: an error naming the upstream, the capability set and the
+    real cause (no exception group), and nothing is kept: the next opening runs again."""
+    gate = tmp_path / "stuck"
+    gate.touch()
+    params = stuck_params(gate, tmp_path / "upstream.log")
+    upstream = Upstream(params, open_timeout=0.5)
+    with pytest.raises(UpstreamUnavailable) as failed:
+        await upstream.__aenter__()
+    assert str(failed.value) == (
+        f"cannot open the upstream {shlex.join([params.command, *params.args])} for clients "
+        "that declared none: no answer to initialize and tools/list within 0.5 s; nothing "
+        "was sent, a later request tries again"
+    )
+    gate.unlink()
+    upstream.open_timeout = 60.0  # (a real start may take long on a loaded machine)
+    opened = await upstream.session(frozenset())
+    assert "search_documents" in (opened.tools or {})
+    await upstream.aclose()
+    with pytest.raises(ToolUsageError, match="open_timeout must be a positive number"):
+        Upstream(params, open_timeout=0)
+
+
+async def test_clients_waiting_on_an_opening_that_never_ends_get_an_error_then_retry(
+    tmp_path: Path,
+) -> None:
+    """Two clients with elicitation share one opening of that set, which hangs: both get a
+    JSON-RPC error naming the upstream and the set, nothing runs; later, it opens."""
+    gate, log = tmp_path / "stuck", tmp_path / "upstream.log"
+    params = stuck_params(gate, log)
+    registry = Registry()
+    executor = Executor(registry, ledger=MemoryLedger())
+    async with Upstream(params) as upstream:  # (the set with none opens now)
+        await proxy(registry, upstream)
+        server = mcp_server(registry, executor=executor)
+        gate.touch()
+        upstream.open_timeout = 0.5
+        answers = Answers(accept())
+        async with (
+            Client(server, mode="legacy", elicitation_callback=answers) as a,
+            Client(server, mode="legacy", elicitation_callback=answers) as b,
+        ):
+            failures = await asyncio.gather(
+                a.list_tools(),
+                b.call_tool("search_documents", {"query": "q"}),
+                return_exceptions=True,
+            )
+            gate.unlink()
+            upstream.open_timeout = 60.0
+            listed = await a.list_tools()
+            found = await b.call_tool("search_documents", {"query": "q"})
+    for failure in failures:
+        assert isinstance(failure, MCPError), failure
+        assert failure.error.code == types.INTERNAL_ERROR
+        assert failure.error.message == (
+            f"cannot open the upstream {shlex.join([params.command, *params.args])} for "
+            "clients that declared elicitation: no answer to initialize and tools/list "
+            "within 0.5 s; nothing was sent, a later request tries again"
+        )
+    assert "search_documents" in {t.name for t in listed.tools}
+    assert found.structured_content == {"hits": ["q-1", "q-2"]}
+    assert ran(log) == ['search_documents {"query": "q"}']  # only the call after the retry
+    assert answers.asked == []
