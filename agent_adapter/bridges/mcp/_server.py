@@ -202,9 +202,12 @@ class _Gateway:
 
     async def _visible(self, name: str, session: Any) -> ToolSpec:
         """``_spec``, and unknown too when its upstream does not list it to this client
-        (for its capabilities): never run, nothing recorded."""
+        (for its capabilities): never run, nothing recorded. The client's upstream
+        connections are opened first: a tool its upstream lists only to this client's
+        capabilities is registered when that connection opens, listed or not before."""
+        view = await client_view(self.registry, session)
         spec = self._spec(name)
-        if not (await client_view(self.registry, session)).shows(spec):
+        if not view.shows(spec):
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
         return spec
 

@@ -639,6 +639,20 @@ async def what_each_client_sees(plain: Client, sampling: Client) -> dict[str, An
     return seen
 
 
+async def test_a_tool_listed_only_to_a_clients_capabilities_is_called_before_any_listing(
+    node: Path, tmp_path: Path
+) -> None:
+    """The first request of a client with sampling is the call: its connection opens
+    (registering the tool) before the tool is looked up, so it runs, not "Unknown tool"."""
+    async with ts_gateway(tmp_path) as (server, executor, log):
+        async with Client(server, mode="legacy", sampling_callback=answer_sampling) as client:
+            sampled = await client.call_tool("sampling_only", {})
+        audit = await checked_audit(executor.ledger)
+    assert sampled.content[0].text == "sampled: pong"  # type: ignore[union-attr]
+    assert log.read_text().splitlines() == ["sampling_only"]
+    assert [call.outcome for call in audit.calls.values()] == ["call.succeeded"]
+
+
 #: A client without sampling does not see it; with it, its own model answers.
 SEEN = {
     "plain lists": False,
