@@ -604,6 +604,13 @@ def _mcp_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
         help="an upstream MCP server to proxy, over streamable HTTP",
     )
     serve.add_argument(
+        "--upstream-open-timeout",
+        type=float,
+        metavar="S",
+        help="how long opening an upstream connection (initialize, tools/list) may take, in "
+        "seconds (30)",
+    )
+    serve.add_argument(
         "--prefix", default="", metavar="P", help="put P before every upstream tool's name"
     )
     serve.add_argument(

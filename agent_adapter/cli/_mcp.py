@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import ipaddress
+import math
 import os
 import shlex
 import socket
@@ -91,7 +92,14 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         from mcp import StdioServerParameters
 
-        from ..bridges.mcp import Upstream, drain, load_policy, mcp_server, proxy
+        from ..bridges.mcp import (
+            Upstream,
+            UpstreamUnavailable,
+            drain,
+            load_policy,
+            mcp_server,
+            proxy,
+        )
     except ImportError as exc:
         raise CliError(
             f"mcp serve needs the mcp extra ({exc}); install it with: "
@@ -99,6 +107,11 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
         ) from None
     if args.policy and not (args.upstream or args.upstream_url):
         raise CliError("--policy names upstream tools: pass --upstream or --upstream-url too")
+    opening: dict[str, float] = {}
+    if args.upstream_open_timeout is not None:
+        if not math.isfinite(args.upstream_open_timeout) or args.upstream_open_timeout <= 0:
+            raise CliError("--upstream-open-timeout must be a positive number of seconds")
+        opening["open_timeout"] = args.upstream_open_timeout
     http = parse_http(args.http) if args.http else None
     registry = load_tools(args.tools) if args.tools else Registry()
     policy = load_policy(args.policy) if args.policy else None
@@ -133,7 +146,9 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
                 # (the one with none now: the check that the upstream works); its
                 # elicitation, sampling and log messages go to the client it serves.
                 try:
-                    upstream = await stack.enter_async_context(Upstream(target))
+                    upstream = await stack.enter_async_context(Upstream(target, **opening))
+                except UpstreamUnavailable as exc:
+                    raise CliError(str(exc)) from None  # (it names the upstream and why)
                 except Exception as exc:
                     raise CliError(f"cannot reach the upstream {what}: {_reason(exc)}") from None
                 try:
@@ -197,7 +212,7 @@ def _reason(exc: BaseException) -> str:
     # anyio wraps a failure to connect in exception groups: the first leaf says why.
     exc = leaf_error(exc)
     if isinstance(exc, UpstreamUnavailable):
-        return str(exc)  # (names the cause already)
+        return str(exc)  # (a policy's capability set that could not open: names why)
     return f"{type(exc).__name__}: {exc}"
 
 

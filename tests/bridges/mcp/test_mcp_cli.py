@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,26 @@ async def test_no_elicit_leaves_the_approval_out_of_band(tmp_path: Path) -> None
     assert ours(pending.meta) == {META_KIND: "approval-pending"}
     assert answers.asked == []
     assert not log.exists()
+
+
+def test_an_upstream_that_never_answers_initialize_is_a_one_line_error_in_time(
+    tmp_path: Path,
+) -> None:
+    """--upstream-open-timeout bounds the start's opening: one line naming the upstream
+    and the cause, no traceback; a value that is not a positive number is refused."""
+    gate = tmp_path / "stuck"
+    gate.touch()
+    command = [sys.executable, str(HERE / "_mcp_stuck_upstream.py"), str(gate), os.devnull]
+    base = ["mcp", "serve", "--db", str(tmp_path / "l.db"), "--upstream", shlex.join(command)]
+    result = cli(*base, "--upstream-open-timeout", "0.5", log=tmp_path / "log")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"agent-adapter: error: cannot open the upstream {shlex.join(command)} for clients "
+        "that declared none: no answer to initialize and tools/list within 0.5 s; nothing "
+        "was sent, a later request tries again\n"
+    )
+    refused = cli(*base, "--upstream-open-timeout", "0", log=tmp_path / "log")
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "agent-adapter: error: --upstream-open-timeout must be a positive number of seconds\n",
+    )
