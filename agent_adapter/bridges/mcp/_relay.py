@@ -274,7 +274,8 @@ class Relay:
     wait cut short: ``abandon``), the upstream may still be running that call's tool and
     ask for it later, inside another call's wait: from then on this connection's
     questions are refused, for its life (the SDK shows no sign of when an abandoned
-    request ends; an upstream usually does not answer a cancelled request at all).
+    request ends; an upstream usually does not answer a cancelled request at all), and
+    a log line reaches a waiting call only when every abandoned call was of its client.
     """
 
     def __init__(self) -> None:
@@ -284,8 +285,10 @@ class Relay:
         #: how many client connections it has ever served (a gone one's log lines must
         #: not reach the next client: an out-of-call line goes only where there was one)
         self._served = 0
-        #: how many calls ended while their upstream request was unanswered
+        #: how many calls ended while their upstream request was unanswered, and how many
+        #: of those were of each client connection
         self.abandoned = 0
+        self._abandoned_of: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 
     def client_options(self, capabilities: Collection[str] | None = None) -> dict[str, Any]:
         """Keyword arguments for ``mcp.Client``: the callbacks that relay to the client.
@@ -328,6 +331,8 @@ class Relay:
         so no question is relayed on this connection any more."""
         if downstream is not None:
             self.leave(downstream)
+            connection = downstream.connection
+            self._abandoned_of[connection] = self._abandoned_of.get(connection, 0) + 1
         self.abandoned += 1
         if self.abandoned == 1:
             _logger.warning(
@@ -392,6 +397,8 @@ class Relay:
     async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
         target = self._target()
         if target is not None:
+            if self._abandoned_of.get(target.connection, 0) != self.abandoned:
+                return  # may be about an abandoned call of another client: not guessed
             if _wanted(target.connection, params.level):
                 await target.log(params)
             return

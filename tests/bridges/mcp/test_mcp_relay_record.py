@@ -163,3 +163,41 @@ async def test_after_a_call_left_unanswered_a_question_is_refused_even_with_one_
     assert got.code == types.INVALID_REQUEST
     assert "ended before the upstream answered it" in got.message
     assert alone.recorded == []
+
+
+class Logged(Session):
+    """A client session that keeps the log lines sent to it."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.lines: list[Any] = []
+
+    async def send_log_message(self, level: str, data: Any, logger: Any, **_: Any) -> None:
+        self.lines.append(data)
+
+
+def call_of(relay: Relay, connection: Listening) -> tuple[Downstream, Logged]:
+    session = Logged()
+    downstream = Downstream(Context(session))
+    downstream.__dict__["connection"] = connection
+    relay.enter(downstream)
+    return downstream, session
+
+
+async def test_after_a_call_left_unanswered_its_clients_log_lines_reach_no_other_client() -> None:
+    """A log line names no call either: once one of client A's calls was abandoned, a line
+    may be about it, so while only client B's call waits it is dropped; A's next call
+    still gets the lines (it is the client the abandoned call was of)."""
+    relay = Relay()
+    a, b = Listening(), Listening()
+    first, _ = call_of(relay, a)
+    relay.abandon(first)
+    _, seen_by_b = call_of(relay, b)
+    await relay._log(types.LoggingMessageNotificationParams(level="info", data="about A's"))
+    assert seen_by_b.lines == []
+    relay = Relay()
+    first, _ = call_of(relay, a)
+    relay.abandon(first)
+    _, seen_by_a = call_of(relay, a)
+    await relay._log(types.LoggingMessageNotificationParams(level="info", data="for A"))
+    assert seen_by_a.lines == ["for A"]
