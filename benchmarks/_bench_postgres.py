@@ -472,24 +472,18 @@ async def _costs(
 
     admin = await asyncpg.connect(dsn)
 
-    async def measured(block: Callable[[], Awaitable[Any]]) -> tuple[int, int, float, int]:
+    async def measured(block: Callable[[], Awaitable[Any]]) -> tuple[int, int, float]:
         await admin.execute("SELECT pg_stat_statements_reset()")
-        await admin.execute("SELECT pg_stat_reset_shared('wal')")
         await block()
         rows = await admin.fetch(
             "SELECT query, calls, total_exec_time FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
-        # The WAL's fsyncs, every backend's: a backend's count reaches pg_stat_wal when
-        # it ends (or, idle, within a second or ten): only the fleet's, whose processes
-        # have ended, is complete here.
-        syncs = int(await admin.fetchval("SELECT wal_sync FROM pg_stat_wal"))
-        theirs = [r for r in rows if "pg_stat_statements" not in r[0] and "pg_stat_" not in r[0]]
+        theirs = [r for r in rows if "pg_stat_statements" not in r[0]]
         statements = sum(r[1] for r in theirs)
-        # The procedure's CALL (schema version 3), or the function in a block.
-        appends = sum(r[1] for r in theirs if "append_events" in r[0] or "append_durable" in r[0])
+        functions = sum(r[1] for r in theirs if "append_events" in r[0])
         ms = sum(r[2] for r in theirs)
-        return statements, appends, ms, syncs
+        return statements, functions, ms
 
     n = 200
 
@@ -500,9 +494,9 @@ async def _costs(
             )
 
     try:
-        o_stmts, o_calls, o_ms, _ = await measured(ours)
-        r_stmts, _, r_ms, _ = await measured(raw_one)
-        f_stmts, f_calls, f_ms, f_syncs = await measured(fleet)
+        o_stmts, o_calls, o_ms = await measured(ours)
+        r_stmts, _, r_ms = await measured(raw_one)
+        f_stmts, f_calls, f_ms = await measured(fleet)
     finally:
         await admin.close()
     raw_n = r_stmts / 3  # BEGIN, INSERT, COMMIT each
@@ -510,25 +504,22 @@ async def _costs(
         "\nWhat a commit costs the server (pg_stat_statements, top-level statements: each one "
         "round trip here; server time is the statements' execution, COMMIT's flush included):\n\n"
         + markdown_table(
-            ["", "statements per commit", "server µs per commit", "WAL fsyncs (fleet)"],
+            ["", "statements per commit", "server µs per commit"],
             [
                 [
                     f"PostgresLedger.append, 1 appender ({n} commits)",
-                    f"{o_stmts / n:.2f} ({o_calls / n:.2f} append calls)",
+                    f"{o_stmts / n:.2f} ({o_calls / n:.2f} function calls)",
                     f"{1000 * o_ms / n:,.0f}",
-                    "",
                 ],
                 [
                     f"BASE 1 ({raw_n:.0f} commits)",
                     f"{r_stmts / raw_n:.2f}",
                     f"{1000 * r_ms / raw_n:,.0f}",
-                    "",
                 ],
                 [
                     f"the fleet, 4 x 16 ({fleet_events:,} events): per event",
-                    f"{f_stmts / fleet_events:.3f} ({f_calls / fleet_events:.3f} append calls)",
+                    f"{f_stmts / fleet_events:.3f} ({f_calls / fleet_events:.3f} function calls)",
                     f"{1000 * f_ms / fleet_events:,.1f}",
-                    f"{f_syncs / fleet_events:.3f}",
                 ],
             ],
         )

@@ -21,11 +21,6 @@ pooler in transaction mode cannot point a statement at another schema):
   written in the transaction that appends the ``effect.claimed`` event.
 - ``append_events(...)`` (schema version 2; its body changed in version 3): the function
   one append transaction is, so that a commit is one round trip (see ``append_function_sql``).
-- ``append_durable(...)`` (schema version 3): the procedure a writer calls it through,
-  which commits the append without waiting for the WAL flush (the head is free as soon
-  as the rows are in) and then waits for the flush in a second transaction of the same
-  call (see ``append_procedure_sql``); ``flushes(pid, n)``: the row that second
-  transaction writes, one per server backend, so that its commit has a flush to wait for.
 
 Indexes: ``events_run_id (run_id, seq)`` and ``events_call_run (call_id, run_id, seq)``
 (schema version 2; version 1 had ``events_call_id (call_id, seq)``, which scanned every
@@ -33,7 +28,7 @@ run's rows of a call id when one call of one run was read). A writer that opens 
 version 1 or 2 schema migrates it (``migrate``): the function (created, or replaced in
 place: version 2's found the table's end with a scan of the whole table), then, from
 version 1, the index built ``CONCURRENTLY`` (appends of writers already running go on
-meanwhile), then the procedure and its table (version 3), then the version.
+meanwhile), then the version.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ import asyncio
 import errno
 import re
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -54,7 +48,6 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA_VERSION",
     "append_function_sql",
-    "append_procedure_sql",
     "connection_lost",
     "describe_dsn",
     "migrate",
@@ -143,7 +136,6 @@ def schema_sql(schema: str) -> list[str]:
         " holder text NOT NULL,"
         " horizon bigint NOT NULL)",
         append_function_sql(schema),
-        *durable_sql(schema),
     ]
 
 
@@ -258,77 +250,6 @@ END
 $fn$"""
 
 
-def durable_sql(schema: str) -> list[str]:
-    """Schema version 3's statements: the table of flush marks and the procedure."""
-    s = q(schema)
-    return [
-        f"CREATE TABLE IF NOT EXISTS {s}.flushes (pid integer PRIMARY KEY, n bigint NOT NULL)",
-        append_procedure_sql(schema),
-    ]
-
-
-def append_procedure_sql(schema: str) -> str:
-    """``CREATE OR REPLACE PROCEDURE`` of ``append_durable`` (schema version 3).
-
-    ``CALL append_durable(<append_events' arguments>)``, outside a transaction block,
-    is one round trip of two transactions:
-
-    1. ``append_events`` with the same arguments; its rows come back as five arrays
-       (the procedure's ``INOUT`` parameters: a procedure answers one row). When it
-       appended, the transaction commits with ``synchronous_commit = off``: the server
-       releases the head's row lock as soon as the commit record is in the WAL buffers,
-       not after the WAL flush, so the next writer (of any process) goes on meanwhile.
-    2. a second transaction writes this backend's row of ``flushes`` (so it has a
-       transaction id and WAL: a commit without either does not wait for a flush) and
-       commits under the session's ``synchronous_commit``, so the CALL returns only once
-       the WAL is flushed past that commit. The WAL is written in order and our commit
-       record precedes it, so the append is then durable too, and so is every commit
-       the append saw (they precede ours). The flushes of concurrent writers are
-       grouped by the server (one fsync for every commit record written by then).
-
-    An answer that wrote nothing (stale, claimed, uneven) commits at once, waiting for
-    nothing (``append_events`` made it quiet): the caller acts on it later, after a
-    flush of its own (see ``_postgres_writer``).
-    """
-    s = q(schema)
-    return f"""CREATE OR REPLACE PROCEDURE {s}.append_durable(
-    p_head_seq bigint, p_head_hash text, p_head_mac text, p_since bigint, p_quiet boolean,
-    p_lock_ms text,
-    p_rows {s}.events[],
-    p_key text[], p_key_seq bigint[], p_holder text[], p_horizon bigint[],
-    p_new_hash text, p_new_mac text, p_channel text,
-    INOUT o_kind text[] DEFAULT NULL, INOUT o_seq bigint[] DEFAULT NULL,
-    INOUT o_text text[] DEFAULT NULL, INOUT o_hash text[] DEFAULT NULL,
-    INOUT o_payload bytea[] DEFAULT NULL)
-LANGUAGE plpgsql AS $pr$
-BEGIN
-    SELECT array_agg(a.o_kind ORDER BY a.n), array_agg(a.o_seq ORDER BY a.n),
-           array_agg(a.o_text ORDER BY a.n), array_agg(a.o_hash ORDER BY a.n),
-           array_agg(a.o_payload ORDER BY a.n)
-        INTO o_kind, o_seq, o_text, o_hash, o_payload
-        FROM {s}.append_events(p_head_seq, p_head_hash, p_head_mac, p_since, p_quiet,
-            p_lock_ms, p_rows, p_key, p_key_seq, p_holder, p_horizon, p_new_hash,
-            p_new_mac, p_channel) WITH ORDINALITY AS a(o_kind, o_seq, o_text, o_hash,
-            o_payload, n);
-    IF o_kind[1] = '{APPENDED}' THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-        COMMIT;
-        {durable_wait_sql(schema)};
-    END IF;
-END
-$pr$"""
-
-
-def durable_wait_sql(schema: str) -> str:
-    """A statement whose commit (with the session's ``synchronous_commit``) waits for the
-    WAL flush past every commit it could see: see ``append_procedure_sql``."""
-    s = q(schema)
-    return (
-        f"INSERT INTO {s}.flushes AS f (pid, n) VALUES (pg_backend_pid(), 1)"
-        " ON CONFLICT (pid) DO UPDATE SET n = f.n + 1"
-    )
-
-
 def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
     """The statements that bring a schema of ``version`` to ``SCHEMA_VERSION``, each with
     whether it must run outside a transaction block (``CONCURRENTLY``)."""
@@ -347,36 +268,20 @@ def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
             ),
             (f"DROP INDEX CONCURRENTLY IF EXISTS {s}.events_call_id", True),
         ]
-    if version < 3:
-        steps += [(statement, False) for statement in durable_sql(schema)]
     return steps
 
 
-async def migrate(
-    conn: asyncpg.Connection, schema: str, where: str, timeout_s: float
-) -> dict[str, str]:
+async def migrate(conn: asyncpg.Connection, schema: str, where: str) -> dict[str, str]:
     """Bring the ledger in ``schema`` to ``SCHEMA_VERSION`` (a writer's open does this);
     its meta as it is then. One migrator at a time (a session advisory lock: the index is
-    built outside a transaction); another writer's appends go on meanwhile. A lock that
-    another session holds for more than ``timeout_s`` (a migration still building the
-    index, or a lock leaked on a pooled server connection) fails the open with
-    ``LedgerError``, nothing changed."""
+    built outside a transaction); another writer's appends go on meanwhile."""
     lock = f"agent-adapter:migrate:{schema}"
     # Tried, not waited for: a statement waiting for the lock would hold a snapshot that
     # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock). The lock is the
     # server's, held by another process: polled, there is no event to wait on.
     try_lock = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
-    deadline = time.monotonic() + timeout_s
-    while not await conn.fetchval(try_lock, lock):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LedgerError(
-                f"ledger {where}: migrating the schema to version {SCHEMA_VERSION}: another "
-                f"session has held the migration lock for more than {timeout_s:g} s (a "
-                "migration still running, or its lock left on a pooled server connection: "
-                "see pg_locks where locktype = 'advisory'); nothing was changed"
-            )
-        await asyncio.sleep(min(0.05, left))
+    while not await conn.fetchval(try_lock, lock):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
     try:
         meta = await inspect(conn, schema, where)
         assert meta is not None  # a ledger was found before, and ledgers are not dropped

@@ -25,28 +25,13 @@ outside a transaction block, so that the call is its commit: one round trip.
    transaction is sent again without it. A table that does not end at the head refuses
    the append (appending would cover the evidence), with the reason read off the table.
 
-Durability (schema version 3). While other writers move the head (within
-``_CONTENDED_COMMITS`` commits of a stale answer) the call is ``CALL append_durable``:
-the function's transaction commits without waiting for the WAL flush, so the head is
-free for the next writer at once, and a second transaction in the same call commits a
-flush mark, which returns after the flush past both (``append_procedure_sql``). A
-writer alone calls the function, whose commit is synchronous (one fsync). Either way
-nothing leaves this writer before the flush past what it acts on: an append is
-acknowledged after it; the others' rows are handed to followers, and refuse claims,
-only after a flush of this connection's own past them (the procedure's, or a flush
-mark written for the purpose, ``_read_flushed``); the lost-commit resolution writes a
-flush mark before it answers. A server crash loses a suffix of the chain (the WAL is
-in commit order): only commits nobody has acted on.
-
-Lost commits. A connection that fails while the call (or a block's COMMIT, or the flush
-mark after it) is under way, or a refusal of the procedure that ``append_events`` did
-not raise (it may follow the append's commit), leaves the outcome unknown. The writer
-reconnects and takes the head lock (so the old transaction, which held it, has ended one
-way or the other), then looks for its last row by seq and hash: found, the batch
-committed; not found, it did not, and only then is it written again. Nothing is appended
-twice. A database that stays away past ``timeout_s`` fails the batches with
-``LedgerError``: they are not reported done (they may have landed; the next writer that
-reads the ledger sees them, and they are never stored twice).
+Lost commits. A connection that fails while the call (or a block's COMMIT) is under way
+leaves the outcome unknown. The writer reconnects and takes the head lock (so the old
+transaction, which held it, has ended one way or the other), then looks for its last row
+by seq and hash: found, the batch committed; not found, it did not, and only then is it
+written again. Nothing is appended twice. A database that stays away past ``timeout_s``
+fails the batches with ``LedgerError``: they are not reported done (they may have landed;
+the next writer that reads the ledger sees them, and they are never stored twice).
 """
 
 from __future__ import annotations
@@ -74,7 +59,6 @@ from ._postgres_schema import (
     CLAIMED,
     STALE,
     connection_lost,
-    durable_wait_sql,
     q,
     retryable,
     server_refused,
@@ -97,8 +81,6 @@ _HEX = re.compile(r"[0-9a-f]{64}|")
 # and the chaining. Measured with 4 processes x 16 appenders (3 rounds each, load 10): 2
 # tries ~1,260-1,700 events/s, 8 tries ~1,430-2,950, unbounded ~1,450-2,400.
 _OPTIMISTIC_TRIES = 8
-# Commits after a stale answer that go through append_durable (see PgWriter._contended).
-_CONTENDED_COMMITS = 8
 # What a commit leaves for the followers (see _batches.hand_over).
 _Done = tuple[list[Event], int, list[Written]]
 
@@ -159,12 +141,6 @@ class _ClaimRefused(Exception):
         self.refused = refused
 
 
-def _past_append(exc: BaseException) -> bool:
-    """A server's refusal of ``append_durable`` that may come after its append committed:
-    one that ``append_events`` did not raise (its context names the function)."""
-    return "append_events(" not in str(getattr(exc, "context", None) or "")
-
-
 async def read_since(conn: asyncpg.Connection, schema: str, after: int, where: str) -> list[Event]:
     """The committed events past ``after``, decoded (in a transaction, or without one)."""
     rows = await conn.fetch(
@@ -218,27 +194,10 @@ class PgWriter:
         )
         s = q(self._schema)
         self._lock_ms = str(int(self._wait_s * 1000))
-        # One append transaction (see _postgres_schema.append_function_sql), in a block;
-        # outside one, the procedure around it, whose commit does not hold the head
-        # through the WAL flush and whose call returns after it (append_procedure_sql).
-        params = ", ".join(f"${i}" for i in range(1, 15))
+        # One append transaction (see _postgres_schema.append_function_sql).
         self._append = (
-            f"SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM {s}.append_events({params})"
-        )
-        self._append_durable = f"CALL {s}.append_durable({params})"
-        #: commits left to go through the procedure since the last stale answer: while
-        #: other writers move the head it is worth freeing it before the flush; alone,
-        #: nobody waits for the head, and the function's one synchronous commit is
-        #: cheaper than the procedure's two (measured: 963-1,569 against 554-604
-        #: sequential appends/s, benchmarks/README.md, round two)
-        self._contended = 0
-        # A flush past every commit seen so far (see durable_wait_sql), alone or with
-        # the read of what others committed.
-        self._durable = durable_wait_sql(self._schema)
-        self._commit_early = "SET LOCAL synchronous_commit = off; COMMIT"
-        self._read_durable = (
-            f"WITH flushed AS ({self._durable} RETURNING 1) SELECT seq, prev, hash, payload"
-            f" FROM {s}.events WHERE seq > $1 ORDER BY seq"
+            "SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM"
+            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 15))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
         # (A pool's connection has the service's settings: the wait is set here.)
@@ -306,18 +265,12 @@ class PgWriter:
         since = min(f.delivered for f in follows)
         try:
             conn = await self._connection(time.monotonic() + self._wait_s)
-            foreign = await self._read_flushed(conn, since)
+            foreign = await read_since(conn, self._schema, since, self._where)
         except Exception as exc:
             _log.warning("ledger %s: catching up followers failed: %s", self._where, exc)
             return
         if foreign:
             hand_over(follows, [], (foreign, foreign[-1].seq, []))
-
-    async def _read_flushed(self, conn: asyncpg.Connection, since: int) -> list[Event]:
-        """The committed events past ``since``, returned once they are durable: the
-        statement writes a flush mark, so its commit waits for the WAL flush past every
-        commit it saw (another writer's commit returns before its flush)."""
-        return _decoded_rows(await conn.fetch(self._read_durable, since), self._where)
 
     # -- transactions --------------------------------------------------------------------
 
@@ -362,23 +315,10 @@ class PgWriter:
                 conn = await self._connection(deadline)
                 return await self._transaction(conn, batches, follows, refused)
             except _ClaimRefused as found:
-                # Each answer refuses batches not refused before: this ends.
                 refused.update(found.refused)
                 continue
             except _Stale:
-                # A claim written around the head lock (nothing was written): go again,
-                # but not past the deadline (such a writer could win every time).
-                if time.monotonic() < deadline:
-                    continue
-                self._fail(
-                    batches,
-                    LedgerError(
-                        f"ledger {self._where}: appending: effect claims kept being written "
-                        f"around the head lock for {self._wait_s:g} s (by something that "
-                        "is not an agent-adapter writer); nothing was written"
-                    ),
-                )
-                return None
+                continue  # another writer moved the head: read it this time
             except _LostCommit as lost:
                 try:
                     landed = await self._landed(lost.seq, lost.hash, deadline)
@@ -395,11 +335,6 @@ class PgWriter:
                     return None
                 if landed:
                     return lost.done
-                if server_refused(lost.cause):
-                    # The server refused the call before its commit: nothing was written.
-                    error = translate(self._where, "appending", lost.cause, self._wait_s)
-                    self._fail(batches, error)
-                    return None
                 _log.warning(
                     "ledger %s: COMMIT was lost and did not land; writing it again", self._where
                 )
@@ -456,9 +391,6 @@ class PgWriter:
                     await conn.execute(self._lock_wait)
                     await conn.fetchrow(self._lock_head)
                     found = await conn.fetchval(self._hash_at, seq)
-                    # Its commit waits for the flush past the row found: it may have
-                    # committed without one (append_durable's first transaction).
-                    await conn.execute(self._durable)
                 return bool(found == hash_)
             except Exception as exc:
                 if server_refused(exc) or time.monotonic() >= deadline:
@@ -483,7 +415,7 @@ class PgWriter:
             # are serialized by the head lock), so a read without a lock is the truth.
             if heard is None:
                 return foreign, 0, []
-            foreign = await self._read_flushed(conn, heard)
+            foreign = await read_since(conn, schema, heard, where)
             through = max(f.delivered for f in follows)
             return foreign, max(foreign[-1].seq if foreign else 0, through), []
         # The head as our last commit left it; without one, the first call only asks
@@ -532,8 +464,6 @@ class PgWriter:
                 if not rows:  # every batch refused: nothing to write
                     if in_block:
                         await conn.execute("ROLLBACK")
-                    # What the refusals and the followers rest on, durable first.
-                    await conn.execute(self._durable)
                     return foreign, head_seq, written
             mac = head_mac(seq, prev, key) if rows else ""
             try:
@@ -541,39 +471,24 @@ class PgWriter:
             except (LedgerError, _Stale):
                 raise
             except Exception as exc:
-                durable = not in_block and self._contended > 0
-                if (
-                    rows
-                    and not in_block
-                    and (not server_refused(exc) or (durable and _past_append(exc)))
-                ):
-                    # Sent, and no answer: the call may have committed. A refusal too,
-                    # unless append_events raised it: the procedure's append commits
-                    # before its flush mark is written.
+                if rows and not in_block and not server_refused(exc):
+                    # Sent, and no answer: the call may have committed.
                     raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 raise
             kind = answer[0][0]
             if kind == APPENDED:
                 if in_block:
-                    # As the procedure does: the head is free at COMMIT, before the
-                    # flush, and the flush mark's commit waits for the flush past it.
                     try:
-                        await conn.execute(self._commit_early)
+                        await conn.execute("COMMIT")
                     except Exception as exc:
                         if server_refused(exc):
                             raise
                         raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
-                    try:
-                        await conn.execute(self._durable)
-                    except Exception as exc:  # committed, durable or not: read it back
-                        raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
                 self._known = (seq, prev, mac)
-                self._contended = max(0, self._contended - 1)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.
                 self.hint = max(self.hint, seq)
                 return foreign, seq, written
             if kind == STALE:
-                self._contended = _CONTENDED_COMMITS
                 _, at, at_mac, at_hash, _ = answer[0]
                 expected = (int(at), str(at_hash), str(at_mac))
                 if not _HEX.fullmatch(expected[1]) or not hmac.compare_digest(
@@ -616,10 +531,9 @@ class PgWriter:
     ) -> list[Any]:
         """The append function's call (one round trip; outside a block its commit)."""
         values = list(claims.values())
-        durable = not in_block and self._contended > 0
         try:
             answer: list[Any] = await conn.fetch(
-                self._append_durable if durable else self._append,
+                self._append,
                 *expected,
                 since,
                 not in_block,
@@ -633,8 +547,6 @@ class PgWriter:
                 mac,
                 self._ledger.channel,
             )
-            if durable:  # the procedure's one row of five arrays, as rows
-                answer = list(zip(*answer[0], strict=True))
             return answer
         except Exception as exc:
             if server_refused(exc):

@@ -232,8 +232,7 @@ class Cluster:
             "start",
         )
         if done.returncode != 0:
-            log = self.log.read_text()[-2000:] if self.log.exists() else ""
-            raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()} {log}")
+            raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()}")
 
 
 _PROG = "python -m agent_adapter.testing.postgres"

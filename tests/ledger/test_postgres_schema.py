@@ -197,8 +197,7 @@ async def test_a_version_1_ledger_is_migrated_by_its_first_writer(
 ) -> None:
     """A ledger schema version 1 wrote: reading opens it as it is (no index built, no
     version changed); the first writer adds the function and the (call_id, run_id) index,
-    drops the call_id index it replaces, adds the procedure (version 3), sets version 3,
-    and appends on the same chain."""
+    drops the call_id index it replaces, sets version 3, and appends on the same chain."""
     events = _calls(3, 4)
     await _write_v1(postgres_dsn, pg_schema, events)
     async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as reader:
