@@ -223,7 +223,7 @@ class PostgresLedger(GroupCommit):
                     )
                 meta = await self._create_schema(conn)
             elif int(meta["schema_version"]) < SCHEMA_VERSION and not self.readonly:
-                meta = await migrate(conn, self.schema, self.where)
+                meta = await migrate(conn, self.schema, self.where, self.timeout_s)
             self._keyed = meta.get("keyed") == "1"
             if self._key is not None and not self._keyed and not self.readonly:
                 await self._add_key(conn)

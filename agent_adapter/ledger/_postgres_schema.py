@@ -37,6 +37,7 @@ import asyncio
 import errno
 import re
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -271,17 +272,31 @@ def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
     return steps
 
 
-async def migrate(conn: asyncpg.Connection, schema: str, where: str) -> dict[str, str]:
+async def migrate(
+    conn: asyncpg.Connection, schema: str, where: str, timeout_s: float
+) -> dict[str, str]:
     """Bring the ledger in ``schema`` to ``SCHEMA_VERSION`` (a writer's open does this);
     its meta as it is then. One migrator at a time (a session advisory lock: the index is
-    built outside a transaction); another writer's appends go on meanwhile."""
+    built outside a transaction); another writer's appends go on meanwhile. A lock that
+    another session holds for more than ``timeout_s`` (a migration still building the
+    index, or a lock leaked on a pooled server connection) fails the open with
+    ``LedgerError``, nothing changed."""
     lock = f"agent-adapter:migrate:{schema}"
     # Tried, not waited for: a statement waiting for the lock would hold a snapshot that
     # the holder's CREATE INDEX CONCURRENTLY waits for (a deadlock). The lock is the
     # server's, held by another process: polled, there is no event to wait on.
     try_lock = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
-    while not await conn.fetchval(try_lock, lock):  # noqa: ASYNC110
-        await asyncio.sleep(0.05)
+    deadline = time.monotonic() + timeout_s
+    while not await conn.fetchval(try_lock, lock):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LedgerError(
+                f"ledger {where}: migrating the schema to version {SCHEMA_VERSION}: another "
+                f"session has held the migration lock for more than {timeout_s:g} s (a "
+                "migration still running, or its lock left on a pooled server connection: "
+                "see pg_locks where locktype = 'advisory'); nothing was changed"
+            )
+        await asyncio.sleep(min(0.05, left))
     try:
         meta = await inspect(conn, schema, where)
         assert meta is not None  # a ledger was found before, and ledgers are not dropped

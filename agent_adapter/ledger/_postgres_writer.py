@@ -315,10 +315,23 @@ class PgWriter:
                 conn = await self._connection(deadline)
                 return await self._transaction(conn, batches, follows, refused)
             except _ClaimRefused as found:
+                # Each answer refuses batches not refused before: this ends.
                 refused.update(found.refused)
                 continue
             except _Stale:
-                continue  # another writer moved the head: read it this time
+                # A claim written around the head lock (nothing was written): go again,
+                # but not past the deadline (such a writer could win every time).
+                if time.monotonic() < deadline:
+                    continue
+                self._fail(
+                    batches,
+                    LedgerError(
+                        f"ledger {self._where}: appending: effect claims kept being written "
+                        f"around the head lock for {self._wait_s:g} s (by something that "
+                        "is not an agent-adapter writer); nothing was written"
+                    ),
+                )
+                return None
             except _LostCommit as lost:
                 try:
                     landed = await self._landed(lost.seq, lost.hash, deadline)

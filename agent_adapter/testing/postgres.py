@@ -232,7 +232,8 @@ class Cluster:
             "start",
         )
         if done.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()}")
+            log = self.log.read_text()[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()} {log}")
 
 
 _PROG = "python -m agent_adapter.testing.postgres"
