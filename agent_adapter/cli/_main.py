@@ -605,7 +605,7 @@ def _mcp_commands(commands: Any, command: _Maker, leaf: _Maker) -> None:
     )
     serve.add_argument(
         "--upstream-open-timeout",
-        type=float,
+        type=_interval,
         metavar="S",
         help="how long opening an upstream connection (initialize, tools/list) may take, in "
         "seconds (30)",

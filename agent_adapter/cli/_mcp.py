@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import importlib
 import ipaddress
-import math
 import os
 import shlex
 import socket
@@ -108,9 +107,7 @@ async def cmd_mcp_serve(args: argparse.Namespace, out: IO[str]) -> int:
     if args.policy and not (args.upstream or args.upstream_url):
         raise CliError("--policy names upstream tools: pass --upstream or --upstream-url too")
     opening: dict[str, float] = {}
-    if args.upstream_open_timeout is not None:
-        if not math.isfinite(args.upstream_open_timeout) or args.upstream_open_timeout <= 0:
-            raise CliError("--upstream-open-timeout must be a positive number of seconds")
+    if args.upstream_open_timeout is not None:  # (positive and finite: its parser type)
         opening["open_timeout"] = args.upstream_open_timeout
     http = parse_http(args.http) if args.http else None
     registry = load_tools(args.tools) if args.tools else Registry()
@@ -207,10 +204,11 @@ def _exports(registry: Registry) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
-    from ..bridges.mcp._upstream import UpstreamUnavailable, leaf_error
+    from ..bridges.mcp import UpstreamUnavailable
 
     # anyio wraps a failure to connect in exception groups: the first leaf says why.
-    exc = leaf_error(exc)
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
     if isinstance(exc, UpstreamUnavailable):
         return str(exc)  # (a policy's capability set that could not open: names why)
     return f"{type(exc).__name__}: {exc}"
