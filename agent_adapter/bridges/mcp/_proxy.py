@@ -276,8 +276,10 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
 
     async def attempt(downstream: Downstream | None, args: dict[str, Any]) -> Any:
         link = await route(downstream)
+        if link.retired:
+            link = await route(downstream)  # (retired since it was opened: a fresh one)
         upstream, relay = link.client, link.relay
-        if link.closed:
+        if link.closed or link.retired:
             # Seen closed by an earlier call: this one is never sent.
             raise ToolError(f"upstream {tool}: the connection is closed; nothing was sent")
         call = current_call()
@@ -291,6 +293,7 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
             options["progress_callback"] = downstream.progress
         if relay is not None and downstream is not None:
             relay.enter(downstream)
+        link.begin()
         # Whether the upstream answered the request (a result or its own error): a call
         # that stops waiting before then leaves the upstream's later questions unplaced.
         answered = False
@@ -317,6 +320,7 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
         except anyio.ClosedResourceError:
             # Our side of the connection was already closed: nothing was sent.
             answered = True
+            link.closed = True
             raise ToolError(
                 f"upstream {tool}: the connection is closed; nothing was sent"
             ) from None
@@ -325,8 +329,13 @@ def _body(route: _Route, tool: str, policy: ToolPolicy) -> Callable[..., Any]:
         finally:
             if relay is not None and not answered:
                 relay.abandon(downstream)
+                # Its later questions cannot be placed: new calls go to a fresh connection.
+                link.retire()
             elif relay is not None and downstream is not None:
                 relay.leave(downstream)
+            if link.closed:
+                link.retire()  # (of an Upstream: the next calls go to a fresh connection)
+            link.end()
         if not isinstance(result, types.CallToolResult):
             raise unknown(f"upstream {tool} answered {type(result).__name__}, not a tool result")
         if result.is_error:

@@ -276,6 +276,7 @@ class Relay:
     questions are refused, for its life (the SDK shows no sign of when an abandoned
     request ends; an upstream usually does not answer a cancelled request at all), and
     a log line reaches a waiting call only when every abandoned call was of its client.
+    (An ``Upstream`` retires such a connection: new calls go to a fresh one.)
     """
 
     def __init__(self) -> None:

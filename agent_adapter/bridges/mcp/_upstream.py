@@ -9,6 +9,12 @@ upstream works); each other when the first client with that set arrives (over st
 another process of the command, for a URL another connection); all close with the
 gateway. Each has its own ``Relay`` and its own tool listing.
 
+A connection is retired (``UpstreamSession.retire``) when a call on it stopped waiting
+before the upstream answered (its relay refuses every question from then on) or it was
+seen closed (a dead process): it takes no new call, the next client of its set opens a
+fresh one (lazily, bounded by ``open_timeout``), and it is closed once its calls in
+flight have ended (over stdio its process ends then), or with the gateway.
+
 Opening one (the SDK's ``initialize``, then ``tools/list``) waits at most
 ``open_timeout`` seconds: an upstream that never answers would otherwise hold every
 client with that set (they share one opening) forever. Every client waiting on a failed
@@ -53,6 +59,8 @@ class UpstreamSession:
         relay: Relay | None,
         tools: dict[str, types.Tool] | None,
         capabilities: frozenset[str] | None,
+        *,
+        owner: Upstream | None = None,
     ) -> None:
         self.client = client
         self.relay = relay
@@ -63,9 +71,38 @@ class UpstreamSession:
         self.capabilities = capabilities
         #: seen closed by a call (the next calls on it are never sent)
         self.closed = False
+        #: retired (``retire``): takes no new calls, closed once ``calls`` is 0
+        self.retired = False
+        #: how many calls are in flight on it (``begin``/``end``)
+        self.calls = 0
+        #: set when it may close (retired with no call in flight, or the gateway closes)
+        self.released = asyncio.Event()
+        #: set once its connection is closed (over stdio: its process has ended)
+        self.ended = asyncio.Event()
+        self._owner = owner
 
     def lists(self, name: str) -> bool:
         return self.tools is None or name in self.tools
+
+    def begin(self) -> None:
+        """A call is sent on it (``end`` when it stopped waiting)."""
+        self.calls += 1
+
+    def end(self) -> None:
+        self.calls -= 1
+        if self.retired and self.calls <= 0:
+            self.released.set()
+
+    def retire(self) -> None:
+        """No new call goes to this connection (a fresh one of its ``Upstream`` takes
+        them); it closes once its calls in flight have ended. A no-op for a connection
+        given by the caller (an entered ``mcp.Client``: it cannot be reopened)."""
+        if self._owner is None or self.retired:
+            return
+        self.retired = True
+        self._owner._retire(self)
+        if self.calls <= 0:
+            self.released.set()
 
 
 class UpstreamUnavailable(Exception):
@@ -124,7 +161,8 @@ class Upstream:
         self._opening: dict[frozenset[str], asyncio.Future[UpstreamSession]] = {}
         #: each connection's task -> the future of its opening
         self._holders: dict[asyncio.Task[None], asyncio.Future[UpstreamSession]] = {}
-        self._closing = asyncio.Event()
+        #: every connection open now, retired ones included (closed with the gateway)
+        self._live: set[UpstreamSession] = set()
         self._closed = False
         self._listeners: list[Callable[[UpstreamSession], None]] = []
 
@@ -140,8 +178,13 @@ class Upstream:
         self._listeners.append(listener)
 
     def opened(self) -> list[UpstreamSession]:
-        """The connections open now."""
+        """The connections that take new calls now (not the retired ones)."""
         return list(self._sessions.values())
+
+    def _retire(self, session: UpstreamSession) -> None:
+        # The next client of its capability set opens a fresh connection.
+        if session.capabilities is not None and self._sessions.get(session.capabilities) is session:
+            del self._sessions[session.capabilities]
 
     async def session(self, capabilities: frozenset[str]) -> UpstreamSession:
         """The connection for clients that declared ``capabilities`` (opened if need be).
@@ -173,8 +216,8 @@ class Upstream:
     ) -> None:
         # A task of its own per connection: the SDK's client runs a task group, which
         # must be left in the task that entered it (the gateway closes from another).
-        closing = self._closing
         relay = Relay()
+        session: UpstreamSession | None = None
         options = {**self._options, **relay.client_options(capabilities)}
         try:
             from mcp import Client
@@ -195,13 +238,18 @@ class Upstream:
                         capabilities, f"{type(cause).__name__}: {cause}"
                     ) from cause
                 session = UpstreamSession(
-                    client, relay, {t.name: t for t in listed.tools}, capabilities
+                    client, relay, {t.name: t for t in listed.tools}, capabilities, owner=self
                 )
+                self._live.add(session)
+                if self._closed:
+                    session.released.set()
                 self._sessions[capabilities] = session
                 for listener in self._listeners:
                     listener(session)
                 opening.set_result(session)
-                await closing.wait()
+                if self._opening.get(capabilities) is opening:
+                    del self._opening[capabilities]  # (once retired, the next one opens)
+                await session.released.wait()
         except asyncio.CancelledError:
             if not opening.done():
                 opening.cancel()
@@ -213,6 +261,12 @@ class Upstream:
         finally:
             if self._opening.get(capabilities) is opening:
                 del self._opening[capabilities]  # (a failed open is tried again later)
+            if session is not None:
+                # Released, or its connection failed under it: never handed out again.
+                session.retired = True
+                self._retire(session)
+                self._live.discard(session)
+                session.ended.set()
 
     def _unavailable(self, capabilities: frozenset[str], why: str) -> UpstreamUnavailable:
         return UpstreamUnavailable(
@@ -223,7 +277,8 @@ class Upstream:
     async def aclose(self) -> None:
         """Close every connection (each ends in the task that opened it)."""
         self._closed = True
-        self._closing.set()
+        for session in list(self._live):
+            session.released.set()
         holders = list(self._holders.items())
         for holder, opening in holders:
             if not opening.done():

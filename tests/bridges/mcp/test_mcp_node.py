@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -190,6 +191,15 @@ async def ts_gateway(
 ) -> AsyncIterator[tuple[Any, Executor, Path]]:
     """The TS upstream behind an in-process gateway (a SQLite ledger at ``db``): one
     upstream process per set of capabilities its clients declare."""
+    async with ts_upstream_gateway(tmp_path, policy, db) as (server, executor, log, _):
+        yield server, executor, log
+
+
+@contextlib.asynccontextmanager
+async def ts_upstream_gateway(
+    tmp_path: Path, policy: dict[str, Any] | None = None, db: Path | None = None
+) -> AsyncIterator[tuple[Any, Executor, Path, Upstream]]:
+    """``ts_gateway``, and its ``Upstream`` (whose connections a test looks at)."""
     log = tmp_path / "upstream.log"
     params = StdioServerParameters(command=str(NODE), args=[str(TS_UPSTREAM), str(log)])
     registry = Registry()
@@ -198,10 +208,33 @@ async def ts_gateway(
         await proxy(registry, upstream, policy=policy)
         executor = await Executor.open(registry, ledger=ledger)
         try:
-            yield mcp_server(registry, executor=executor), executor, log
+            yield mcp_server(registry, executor=executor), executor, log, upstream
         finally:
             await executor.close()
             await ledger.close()
+
+
+def upstream_pids(log: Path) -> set[int]:
+    """The live upstream processes of one test (their command line names its ``log``,
+    in a temp dir of its own)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(log).encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended and been reaped (a zombie still has its /proc entry)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+async def ended(session: Any) -> None:
+    """Until the upstream connection ``session`` is closed (at most 60 s)."""
+    async with asyncio.timeout(60):
+        await session.ended.wait()
 
 
 async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_key_ambiguous(
@@ -246,53 +279,120 @@ def lines(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-async def test_a_timed_out_calls_late_question_is_refused_not_put_to_the_next_call(
+async def until(log: Path, done: Any) -> list[str]:
+    """The upstream's log once ``done(lines)`` holds (what the upstream did is the gate);
+    at most 60 s."""
+    async with asyncio.timeout(60):
+        while not done(lines(log)):  # noqa: ASYNC110 (another process writes it)
+            await asyncio.sleep(0.01)
+    return lines(log)
+
+
+async def test_a_timed_out_calls_late_question_is_refused_and_new_calls_ask_on_a_new_connection(
     node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 28's orphan: call 1 times out while its upstream handler runs on and asks
-    (server.elicitInput: no link to its request) while call 2 waits. The question is
-    never shown to call 2's client nor recorded in call 2: refused with -32600, and so is
-    every later question on that connection (call 2's own, too: whose it is is unknown)."""
-    accept = types.ElicitResult(action="accept", content={})
-    answers = Answers(accept, accept)
+    """Issue 28's orphan: call "eve" times out while its upstream handler runs on and asks
+    later (server.elicitInput: no link to its request) while call "bob" still waits on that
+    connection. The connection is retired: eve's late question and bob's own are refused
+    with -32600 (whose they are is unknown), never shown nor recorded; a new call ("carol")
+    goes to a freshly opened connection, where its own question reaches its client and is
+    recorded as its call.exchanged. Once bob's call ended the old process is gone."""
+    answers = Answers(types.ElicitResult(action="accept", content={}))
     policy = {"ask_when_told": {"timeout": 0.5}}
-    async with ts_gateway(tmp_path, policy) as (server, executor, log):
+    patient = "ask_when_told_patient"
+    async with ts_upstream_gateway(tmp_path, policy) as (server, executor, log, upstream):
+        plain = upstream_pids(log)  # the connection that declares nothing, opened at start
         async with Client(server, mode="legacy", elicitation_callback=answers) as client:
+            bob = asyncio.ensure_future(
+                client.call_tool(patient, {"to": "bob", "amount": 10}, meta=pinned("bob"))
+            )
+            await logged(log, patient)  # bob waits on the elicitation connection
+            (old,) = [s for s in upstream.opened() if s.capabilities == {"elicitation"}]
+            (old_pid,) = upstream_pids(log) - plain
             first = await client.call_tool(
                 "ask_when_told", {"to": "eve", "amount": 9999}, meta=pinned("eve")
             )
-            second = asyncio.ensure_future(
-                client.call_tool(
-                    "ask_when_told_patient", {"to": "bob", "amount": 10}, meta=pinned("bob")
-                )
+            assert old.retired and not old.ended.is_set()  # bob's call still runs on it
+            carol = asyncio.ensure_future(
+                client.call_tool(patient, {"to": "carol", "amount": 5}, meta=pinned("carol"))
             )
-            await logged(log, "ask_when_told_patient")  # call 2 waits on the upstream
-            (tmp_path / "upstream.log.eve").touch()  # call 1's handler asks now
+            await until(log, lambda seen: seen.count(patient) == 2)  # carol waits, elsewhere
+            (new_pid,) = upstream_pids(log) - plain - {old_pid}
+            (tmp_path / "upstream.log.eve").touch()  # eve's handler asks now, on the old one
             await logged(log, "asked eve")
+            (tmp_path / "upstream.log.carol").touch()
+            carols = await carol
             (tmp_path / "upstream.log.bob").touch()
-            result = await second
+            bobs = await bob
+            await ended(old)
+            assert gone(old_pid)  # ended with its last call, and reaped
+            assert upstream_pids(log) == plain | {new_pid}
         events = await events_of(executor.ledger)
         audit = replay(events, await executor.ledger.verify())
+    assert upstream_pids(log) == set()  # the rest closed with the gateway
     assert ours(first.meta) == {META_KIND: "tool-timeout"}
-    assert answers.asked == []  # nobody was shown either question
     refused = (
         "error -32600: MCP error -32600: elicitation/create: refused: a call on this "
         "connection ended before "
         "the upstream answered it, so which call this request is for is unknown"
     )
     assert lines(log) == [
+        patient,
         "ask_when_told",
-        "ask_when_told_patient",
+        patient,
         f"asked eve: {refused}",
+        "asked carol: accept",
         f"asked bob: {refused}",
     ]
-    assert result.content[0].text == refused  # type: ignore[union-attr]
-    assert [e for e in events if isinstance(e, CallExchanged)] == []
+    assert [p.message for p in answers.asked] == ["Confirm transfer of 5 to carol?"]
+    assert carols.content[0].text == "accept"  # type: ignore[union-attr]
+    assert bobs.content[0].text == refused  # type: ignore[union-attr]
+    (exchange,) = [e for e in events if isinstance(e, CallExchanged)]
+    assert audit.call("run-1", "call-carol").exchanges == [exchange]
+    assert (exchange.method, exchange.response) == (
+        "elicitation/create",
+        {"action": "accept", "content": {}},
+    )
     assert audit.call("run-1", "call-bob").outcome == "call.succeeded"
     assert audit.call("run-1", "call-bob").exchanges == []
     assert audit.problems() == []
     warned = [r for r in caplog.records if "refused from now on" in r.getMessage()]
-    assert len(warned) == 1  # one warning, not one per question
+    assert len(warned) == 1  # one warning for the retired connection, not one per question
+
+
+async def test_a_dead_upstream_process_is_replaced_by_a_new_connection(
+    node: Path, tmp_path: Path
+) -> None:
+    """The upstream process is killed: the call that meets the dead connection may have
+    reached it (its key is left ambiguous, as for any dropped connection); the connection
+    is retired and its process reaped, and the next call opens a new one and succeeds."""
+    policy = {"test_simple_text": {"effect": "hello"}}
+    async with ts_upstream_gateway(tmp_path, policy) as (server, executor, log, upstream):
+        async with Client(server, mode="legacy") as client:
+            before = await client.call_tool("test_audio_content", {})
+            (old,) = upstream.opened()
+            (old_pid,) = upstream_pids(log)
+            os.kill(old_pid, signal.SIGKILL)
+            met = await client.call_tool("test_simple_text", {})
+            await ended(old)
+            after = await client.call_tool("test_image_content", {})
+            again = await client.call_tool("test_simple_text", {})
+            (new,) = upstream.opened()
+            (new_pid,) = upstream_pids(log)
+        assert old.retired and new is not old
+        assert gone(old_pid) and new_pid != old_pid
+        ambiguous = sorted(executor.ambiguous_effects())
+        events = await events_of(executor.ledger)
+        audit = replay(events, await executor.ledger.verify())
+    assert upstream_pids(log) == set()
+    assert ours(before.meta) == {} and before.content[0].type == "audio"
+    assert ours(met.meta) == {META_KIND: "tool-failed"}
+    assert "Connection closed" in met.content[0].text  # type: ignore[union-attr]
+    assert ours(after.meta) == {} and after.content[0].type == "image"
+    assert ours(again.meta) == {META_KIND: "ambiguous-effect"}  # the key rules, unchanged
+    assert ambiguous == ["hello"]
+    assert lines(log) == ["test_audio_content", "test_image_content"]
+    assert [(p.kind, p.key) for p in audit.problems()] == [("ambiguous", "hello")]
 
 
 async def test_results_and_listings_pass_through_and_replay_the_same(
