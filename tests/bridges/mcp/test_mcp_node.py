@@ -237,6 +237,12 @@ async def ended(session: Any) -> None:
         await session.ended.wait()
 
 
+def holders() -> int:
+    """How many upstream connections' tasks run (one per open connection)."""
+    names = [getattr(t.get_coro(), "__qualname__", "") for t in asyncio.all_tasks()]
+    return names.count("Upstream._hold")
+
+
 async def test_an_upstream_that_started_then_passed_on_minus_32600_leaves_the_key_ambiguous(
     node: Path, tmp_path: Path
 ) -> None:
@@ -307,7 +313,7 @@ async def test_a_timed_out_calls_late_question_is_refused_and_new_calls_ask_on_a
                 client.call_tool(patient, {"to": "bob", "amount": 10}, meta=pinned("bob"))
             )
             await logged(log, patient)  # bob waits on the elicitation connection
-            (old,) = [s for s in upstream.opened() if s.capabilities == {"elicitation"}]
+            (old,) = [s for s in upstream.opened() if s.capabilities == frozenset({"elicitation"})]
             (old_pid,) = upstream_pids(log) - plain
             first = await client.call_tool(
                 "ask_when_told", {"to": "eve", "amount": 9999}, meta=pinned("eve")
@@ -326,6 +332,7 @@ async def test_a_timed_out_calls_late_question_is_refused_and_new_calls_ask_on_a
             bobs = await bob
             await ended(old)
             assert gone(old_pid)  # ended with its last call, and reaped
+            assert holders() == 2  # its task too (the plain connection's and the new one's run)
             assert upstream_pids(log) == plain | {new_pid}
         events = await events_of(executor.ledger)
         audit = replay(events, await executor.ledger.verify())
@@ -375,6 +382,7 @@ async def test_a_dead_upstream_process_is_replaced_by_a_new_connection(
             os.kill(old_pid, signal.SIGKILL)
             met = await client.call_tool("test_simple_text", {})
             await ended(old)
+            assert holders() == 0  # its task ended (no call has opened the next one yet)
             after = await client.call_tool("test_image_content", {})
             again = await client.call_tool("test_simple_text", {})
             (new,) = upstream.opened()
