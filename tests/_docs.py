@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,3 +36,18 @@ def example(tag: str, language: str = "python") -> str:
     found = [body for _, body in blocks(language) if body.startswith(f"# example: {tag}\n")]
     assert len(found) == 1, f"the docs have {len(found)} {language} examples tagged {tag!r}"
     return found[0]
+
+
+def run_example(
+    tag: str, *, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The Python example tagged ``tag``, run in a fresh interpreter (``python -c``), its
+    output captured as text (``env``: the whole environment, default this one's)."""
+    return subprocess.run(
+        [sys.executable, "-c", example(tag)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from _docs import README, page
-from _docs import example as _example
-
-__all__ = ["README", "_example"]
+from _docs import page, run_example
 
 
 def test_engine_example_runs_and_prints_the_audit() -> None:
     """The engine example approves one refund, refuses the duplicate and audits cleanly."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("engine")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("engine")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "refunded 500 on A1"
@@ -33,13 +21,7 @@ def test_engine_example_runs_and_prints_the_audit() -> None:
 
 def test_durable_example_runs_the_body_once_across_a_restart() -> None:
     """The SQLite example charges once; after a restart the same call is answered from the file."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("durable")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("durable")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "charging A1",
@@ -52,13 +34,7 @@ def test_durable_example_runs_the_body_once_across_a_restart() -> None:
 def test_bridge_contract_example_prints_what_the_readme_says() -> None:
     """The bridge-contract example: one refund, the repeat answered from the ledger, the
     denial recorded as approval-denied."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("bridge-contract")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("bridge-contract")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == [
         "refunded 500 on A1",
@@ -72,13 +48,7 @@ def test_bridge_contract_example_prints_what_the_readme_says() -> None:
 
 def test_exchanges_example_prints_what_the_engine_page_says() -> None:
     """The call.exchanged example: both questions inside the call, the audit clean."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("exchanges")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("exchanges")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == [
         "shipped S1 to the back door",

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
-from test_readme import _example
+from _docs import run_example
 
 
 def test_postgres_example_refunds_once_across_two_replicas(
@@ -14,13 +12,8 @@ def test_postgres_example_refunds_once_across_two_replicas(
 ) -> None:
     """Two replicas on one schema: the first refunds, the second is refused; the chain
     verifies."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("postgres")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "AGENT_ADAPTER_DSN": f"{postgres_dsn}?schema={pg_schema}"},
+    done = run_example(
+        "postgres", env={**os.environ, "AGENT_ADAPTER_DSN": f"{postgres_dsn}?schema={pg_schema}"}
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
@@ -36,13 +29,8 @@ def test_postgres_example_without_a_server_says_so_in_one_line() -> None:
     host does not resolve: one line saying so (not a traceback, not "connection lost")."""
     runs = {}
     for dsn in ("", "postgresql://app@db.invalid:5432/pay?schema=refunds"):
-        runs[dsn] = subprocess.run(
-            [sys.executable, "-c", _example("postgres")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env={**os.environ, "AGENT_ADAPTER_DSN": dsn},
+        runs[dsn] = run_example(
+            "postgres", timeout=120, env={**os.environ, "AGENT_ADAPTER_DSN": dsn}
         )
     unset, unresolved = runs.values()
     assert (unset.returncode, unset.stdout, unset.stderr) == (

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,10 +21,10 @@ from _helpers import timeline
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="a dev dependency")
 
+from _docs import run_example
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from test_readme import _example
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
@@ -78,14 +77,7 @@ def test_the_otel_example_sends_nested_spans_to_the_collector(
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_SERVICE_NAME": "refunds",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", _example("otel")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    done = run_example("otel", timeout=120, env=env)
     assert (done.returncode, done.stdout, done.stderr) == (0, "refunded 500 on A1\n", "")
     assert [path for path, _ in received] == ["/v1/traces"]
     request = ExportTraceServiceRequest.FromString(received[0][1])
@@ -120,14 +112,7 @@ def _run_example(**env: str) -> subprocess.CompletedProcess[str]:
     """The README's example in a fresh process, without the caller's OTLP endpoint, plus
     ``env``."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-    return subprocess.run(
-        [sys.executable, "-c", _example("otel")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**base, **env},
-        check=False,
-    )
+    return run_example("otel", timeout=120, env={**base, **env})
 
 
 def test_without_a_collector_the_example_prints_its_spans() -> None:

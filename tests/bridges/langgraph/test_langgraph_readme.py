@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from _docs import example as _example
-from _docs import page
+from _docs import page, run_example
 
 
 def test_the_langgraph_example_prints_what_the_readme_says() -> None:
     """The example pauses the refund, the port approves it, the tool's answer and the
     model's last word are printed."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("langgraph")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_example("langgraph", timeout=120)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == [
         "review: refund {'order_id': 'A1', 'amount_cents': 500} thread-1 call_1",

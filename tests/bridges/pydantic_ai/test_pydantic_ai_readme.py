@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from _docs import example as _example
-from _docs import page
+from _docs import page, run_example
 
 
 def test_the_pydantic_ai_example_prints_what_the_readme_says() -> None:
     """The example pauses, the reviewer approves, the resumed run reports the refund."""
-    done = subprocess.run(
-        [sys.executable, "-c", _example("pydantic-ai")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("pydantic-ai")
     assert (done.returncode, done.stderr) == (0, "")
     lines = done.stdout.splitlines()
     assert lines == [
