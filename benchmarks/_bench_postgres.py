@@ -86,13 +86,23 @@ def fsync_rate(directory: Path, seconds: float) -> float:
         path.unlink()
 
 
-async def _fleet(dsn: str, schema: str, procs: int, tasks: int, per: int) -> float:
+async def _fleet(
+    dsn: str,
+    schema: str,
+    procs: int,
+    tasks: int,
+    per: int,
+    child_code: str = FLEET_CHILD,
+    said: list[bytes] | None = None,
+) -> float:
+    """Seconds from the release of ``procs`` children to the last one done; each child's
+    words after "ready" and after "done" go to ``said`` (pg_cpu_split's CPU times)."""
     children = []
     for p in range(procs):
         child = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            FLEET_CHILD,
+            child_code,
             dsn,
             schema,
             f"p{p}x",
@@ -105,8 +115,10 @@ async def _fleet(dsn: str, schema: str, procs: int, tasks: int, per: int) -> flo
     try:
         for child in children:
             assert child.stdout is not None
-            line = await asyncio.wait_for(child.stdout.readline(), 60)
-            assert line.strip() == b"ready", line
+            word, *rest = (await asyncio.wait_for(child.stdout.readline(), 60)).split()
+            assert word == b"ready", word
+            if said is not None:
+                said.extend(rest)
         t0 = time.perf_counter()
         for child in children:
             assert child.stdin is not None
@@ -114,8 +126,10 @@ async def _fleet(dsn: str, schema: str, procs: int, tasks: int, per: int) -> flo
             await child.stdin.drain()
         for child in children:
             assert child.stdout is not None
-            line = await asyncio.wait_for(child.stdout.readline(), 300)
-            assert line.strip() == b"done", line
+            word, *rest = (await asyncio.wait_for(child.stdout.readline(), 300)).split()
+            assert word == b"done", word
+            if said is not None:
+                said.extend(rest)
         seconds = time.perf_counter() - t0
         for child in children:
             await child.wait()

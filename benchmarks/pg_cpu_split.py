@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_postgres import FLEET_CHILD
+from _bench_postgres import FLEET_CHILD, _fleet
 
 from agent_adapter.ledger import CallRequested, PostgresLedger
 from agent_adapter.testing.postgres import Cluster, binaries
@@ -89,47 +89,10 @@ async def one_process(dsn: str, schema: str, tasks: int, per: int) -> tuple[floa
 
 async def fleet(dsn: str, schema: str, procs: int, tasks: int, per: int) -> tuple[float, float]:
     """(seconds, the children's CPU seconds from release to done) of a fleet."""
-    children = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CHILD,
-            dsn,
-            schema,
-            f"p{p}x",
-            str(per),
-            str(tasks),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for p in range(procs)
-    ]
-    cpu = 0.0
-    try:
-        for child in children:
-            assert child.stdout is not None
-            word, spent = (await asyncio.wait_for(child.stdout.readline(), 60)).split()
-            assert word == b"ready", word
-            cpu -= float(spent)
-        t0 = time.perf_counter()
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-            await child.stdin.drain()
-        for child in children:
-            assert child.stdout is not None
-            word, spent = (await asyncio.wait_for(child.stdout.readline(), 300)).split()
-            assert word == b"done", word
-            cpu += float(spent)
-        seconds = time.perf_counter() - t0
-        for child in children:
-            await child.wait()
-        return seconds, cpu
-    finally:
-        for child in children:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
+    said: list[bytes] = []  # each child's CPU at "ready", then at "done"
+    seconds = await _fleet(dsn, schema, procs, tasks, per, CHILD, said)
+    ready, done = said[:procs], said[procs:]
+    return seconds, sum(map(float, done)) - sum(map(float, ready))
 
 
 def line(name: str, events: int, seconds: float, client: float, server: float) -> str:
