@@ -122,3 +122,27 @@ def test_bench_durable_prints_each_calls_floors() -> None:
     assert "ours / its call floor (wall)" in proc.stdout, proc.stdout[-2000:]
     for row in ("write-ahead call with its bookkeeping", "16 write-ahead calls in flight"):
         assert row in proc.stdout, proc.stdout[-2000:]
+
+
+def test_pg_cpu_split_prints_every_variant(pg_cluster: object) -> None:
+    """``pg_cpu_split.py`` (issue 29's fleet, shard and raw rows in the benchmarks README)
+    still runs, on a throwaway cluster of its own, and prints every variant with its CPU."""
+    proc = run_bench("pg_cpu_split.py", "--rounds", "1", "--per", "5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for variant in (
+        "64 appenders, one process",
+        "4 x 16 fleet, one ledger",
+        "4 x 16 fleet, 4 ledgers by run",
+        "4 x 16 fleet, a ledger each",
+        "256 appenders, one process",
+        "4 x 64 fleet, one ledger",
+        "4 x 64 fleet, 4 ledgers by run",
+        "4 x 64 fleet, a ledger each",
+        "raw: 1 x 64-row COPY",
+        "raw: 4 x 16-row COPY",
+        "raw: 4 x 64-row COPY",
+    ):
+        rows = [line for line in proc.stdout.splitlines() if line.startswith(f"| 1: {variant} |")]
+        assert len(rows) == 1, proc.stdout
+        # events/s, x baseline, client µs/event (cores), server µs/event (cores)
+        assert len(rows[0].split("|")) == 7, rows[0]
