@@ -46,23 +46,40 @@ from _harness import fmt_pct, markdown_table, paired_ratio, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+# A fleet's child: ``tasks`` appenders of ``per`` events, each its own run, on the ledger
+# in ``schema``; "hash:a,b,..." puts each run on the ledger of the schema its id hashes
+# to, "own:a,b,..." child p on the p-th alone (pg_cpu_split's chains). It says its CPU
+# seconds at "ready" and at "done" (pg_cpu_split's client CPU; _fleet ignores them).
 FLEET_CHILD = """
-import asyncio, sys, time
+import asyncio, contextlib, resource, sys, zlib
 from agent_adapter.ledger import CallRequested, PostgresLedger
 
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
 async def main(dsn, schema, tag, per, tasks):
-    async with PostgresLedger(dsn, schema=schema) as ledger:
-        print("ready", flush=True)
+    mode, _, names = schema.rpartition(":")
+    names = names.split(",")
+    if mode == "own":
+        names = [names[int(tag[1:-1]) % len(names)]]
+    async with contextlib.AsyncExitStack() as stack:
+        ledgers = [
+            await stack.enter_async_context(PostgresLedger(dsn, schema=n)) for n in names
+        ]
+        print("ready", cpu(), flush=True)
         await asyncio.to_thread(sys.stdin.readline)
 
         async def one(k):
+            run = f"{tag}{k}"
+            ledger = ledgers[zlib.crc32(run.encode()) % len(ledgers)]
             for i in range(per):
                 await ledger.append(CallRequested(
-                    ts=1.0, run_id=f"{tag}{k}", call_id=f"{tag}{k}-{i}", tool="refund",
+                    ts=1.0, run_id=run, call_id=f"{run}-{i}", tool="refund",
                     args={"order_id": f"A{i}", "amount_cents": 500}))
 
         await asyncio.gather(*(one(k) for k in range(tasks)))
-        print("done", flush=True)
+        print("done", cpu(), flush=True)
 
 dsn, schema, tag, per, tasks = sys.argv[1:6]
 asyncio.run(main(dsn, schema, tag, int(per), int(tasks)))
@@ -95,9 +112,11 @@ async def _fleet(
     per: int,
     child_code: str = FLEET_CHILD,
     said: list[bytes] | None = None,
+    released: Callable[[], None] | None = None,
 ) -> float:
     """Seconds from the release of ``procs`` children to the last one done; each child's
-    words after "ready" and after "done" go to ``said`` (pg_cpu_split's CPU times)."""
+    words after "ready" and after "done" go to ``said`` (pg_cpu_split's CPU times), and
+    ``released`` is called as they are let go (once all are ready)."""
     children = []
     for p in range(procs):
         child = await asyncio.create_subprocess_exec(
@@ -120,6 +139,8 @@ async def _fleet(
             assert word == b"ready", word
             if said is not None:
                 said.extend(rest)
+        if released is not None:
+            released()
         t0 = time.perf_counter()
         for child in children:
             assert child.stdin is not None
@@ -259,7 +280,7 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
                     await rawx.execute(insert, *row)
             return time.perf_counter() - t0
 
-        reads, read_of = await _read_ledger(dsn, quick)
+        reads, read_of, pinned = await _read_ledger(dsn, quick, cluster is not None)
         pg_exec = await Executor.open(registry, ledger=PostgresLedger(dsn, schema="bench_exec"))
         sq_exec = await Executor.open(registry, ledger=SQLiteLedger(tmp / "exec.db"))
         counter = iter(range(10**9))
@@ -396,41 +417,58 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
         ["variant", "per s (median)", "spread", "µs each", "ratio", "target", "met"], rows
     )
     where = "a throwaway cluster" if cluster is not None else "$AGENT_ADAPTER_BENCH_POSTGRES_DSN"
+    pin = "yes" if pinned == {True} else "no" if pinned == {False} else "in some rounds"
     return (
         "## Appends on PostgreSQL (events/s unless said; ratio = ours / BASE, paired per round)\n\n"
         f"- PostgreSQL {version} on {where}; fsync={settings['fsync']}, "
         f"synchronous_commit={settings['synchronous_commit']}, "
         f"wal_sync_method={settings['wal_sync_method']}\n"
         f"- this disk's fsync rate: {fsyncs:,.0f} fdatasync/s (8 kB writes)\n"
-        f"- load average at the end: {os.getloadavg()[0]:.1f} (2 cores)\n\n" + table + "\n" + costs
+        f"- load average at the end: {os.getloadavg()[0]:.1f} (2 cores)\n"
+        "- the reads timed with this process and both connections' backends on one CPU: "
+        f"{pin}\n\n" + table + "\n" + costs
     )
 
 
 @contextlib.contextmanager
-def _one_cpu(pids: list[int]) -> Iterator[None]:
-    """``pids`` (0: this process) on the first CPU this process may use, then back."""
-    before = {pid: os.sched_getaffinity(pid) for pid in pids}
+def _one_cpu(pids: list[int]) -> Iterator[bool]:
+    """This process and ``pids`` on the first CPU this process may use, then back; yields
+    whether they all are (else none is moved: timed as the scheduler places them)."""
+    moved: dict[int, set[int]] = {}
     try:
-        for pid in pids:
-            os.sched_setaffinity(pid, {min(before[0])})
-    except OSError:  # not allowed to move the server's processes: timed as they are
-        pass
+        cpu = min(os.sched_getaffinity(0))
+        for pid in (0, *pids):
+            moved[pid] = os.sched_getaffinity(pid)
+            os.sched_setaffinity(pid, {cpu})
+    except OSError:  # a server process gone, or not ours to move
+        pinned = False
+    else:
+        pinned = True
+    if not pinned:
+        _restore(moved)
+        moved = {}
     try:
-        yield
+        yield pinned
     finally:
-        for pid, cpus in before.items():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(pid, cpus)
+        _restore(moved)
+
+
+def _restore(moved: dict[int, set[int]]) -> None:
+    for pid, cpus in moved.items():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, cpus)
 
 
 READ_RUNS, READ_CALLS = 1_334, 30  # 3 events a call: 120,060 events
 
 
 async def _read_ledger(
-    dsn: str, quick: bool
-) -> tuple[int, Callable[[str], Callable[[], Awaitable[float]]]]:
+    dsn: str, quick: bool, local: bool
+) -> tuple[int, Callable[[str], Callable[[], Awaitable[float]]], set[bool]]:
     """A ledger of whole calls whose call ids repeat in every run (c0..c29 in each), and
-    the reads of one call of one run through it: ours, raw asyncpg, and closing both."""
+    the reads of one call of one run through it: ours, raw asyncpg, and closing both; and
+    whether the blocks ran on one CPU (``local``: the server's processes are on this
+    machine; see ``block``)."""
     import asyncpg
 
     from agent_adapter.ledger import (
@@ -473,18 +511,27 @@ async def _read_ledger(
             e.seq, e.prev, e.hash = seq, prev, hash_
         assert len(rows) == 3
 
-    await read_ours(*wanted[0])  # the reader connection exists from here on
-    backends = [raw.get_server_pid(), ledger._reader.get_server_pid()]  # type: ignore[union-attr]
+    pinned: set[bool] = set()
+    # The two connections' backends: raw's, and the ledger's reader (the one whose last
+    # statement is this read), looked up anew for each block (a reconnect changes it).
+    backends = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND (pid = pg_backend_pid() OR (application_name = 'agent-adapter' AND query = $1))"
+    )
 
     def read_of(which: str) -> Callable[[], Awaitable[float]]:
         one = read_ours if which == "ours" else read_raw
 
         async def block() -> float:
-            # This process and both connections' backends on one CPU while timed: on this
-            # VM a round trip that wakes an idle CPU costs 150-250 µs more, and which of
-            # the two connections the scheduler spreads over both CPUs differs from run
-            # to run (ratios 0.16-1.27 unpinned; 0.84-0.85 pinned, raw ~50 µs a read).
-            with _one_cpu([0, *backends]):
+            # This process and both backends on one CPU while timed: on this VM a round
+            # trip that wakes an idle CPU costs 150-250 µs more, and which of the two
+            # connections the scheduler spread over both CPUs changed from run to run
+            # (0.15-1.27 x unpinned, the same code; 0.72-0.74 x pinned, five runs).
+            await read_ours(*wanted[0])  # the reader's last statement is the read
+            pids = [r[0] for r in await raw.fetch(backends, sql)] if local else []
+            pin = _one_cpu(pids) if len(pids) == 2 else contextlib.nullcontext(False)
+            with pin as on_one:
+                pinned.add(on_one)
                 t0 = time.perf_counter()
                 for run_id, call_id in wanted:
                     await one(run_id, call_id)
@@ -497,7 +544,7 @@ async def _read_ledger(
 
         return close if which == "close" else block
 
-    return count, read_of
+    return count, read_of, pinned
 
 
 async def _costs(

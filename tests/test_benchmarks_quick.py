@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _pg_fixtures import _unavailable
+
+from agent_adapter.testing.postgres import binaries
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
@@ -124,11 +127,15 @@ def test_bench_durable_prints_each_calls_floors() -> None:
         assert row in proc.stdout, proc.stdout[-2000:]
 
 
-def test_pg_cpu_split_prints_every_variant(pg_cluster: object) -> None:
+def test_pg_cpu_split_prints_every_variant() -> None:
     """``pg_cpu_split.py`` (issue 29's fleet, shard and raw rows in the benchmarks README)
-    still runs, on a throwaway cluster of its own, and prints every variant with its CPU."""
+    still runs, on a throwaway cluster of its own, and prints every variant with both
+    ratios and its CPU; each baseline is 1.00 against itself."""
+    if binaries() is None:
+        _unavailable("no initdb/pg_ctl found (set PG_BIN, or install PostgreSQL)")
     proc = run_bench("pg_cpu_split.py", "--rounds", "1", "--per", "5")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {}
     for variant in (
         "64 appenders, one process",
         "4 x 16 fleet, one ledger",
@@ -144,5 +151,8 @@ def test_pg_cpu_split_prints_every_variant(pg_cluster: object) -> None:
     ):
         rows = [line for line in proc.stdout.splitlines() if line.startswith(f"| 1: {variant} |")]
         assert len(rows) == 1, proc.stdout
-        # events/s, x baseline, client µs/event (cores), server µs/event (cores)
-        assert len(rows[0].split("|")) == 7, rows[0]
+        # name, events/s, x 64 appenders, x raw, client µs/event (cores), server's
+        cells[variant] = [c.strip() for c in rows[0].split("|")[1:-1]]
+        assert len(cells[variant]) == 6, rows[0]
+    assert cells["64 appenders, one process"][2] == "1.00", proc.stdout
+    assert cells["raw: 1 x 64-row COPY"][3] == "1.00", proc.stdout
