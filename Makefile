@@ -102,6 +102,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check agent_adapter tests benchmarks examples
+	$(BIN)/ruff format --check agent_adapter tests benchmarks examples
 	$(BIN)/mypy agent_adapter
 
 clean:

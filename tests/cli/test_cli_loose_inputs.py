@@ -86,8 +86,16 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         ),
     ],
     ids=[
-        "tail-n", "lock-timeout-first", "lock-timeout-after", "edit-amount-neg", "edit-amount-0",
-        "interval-0", "interval-neg", "interval-nan", "interval-inf", "duration-neg",
+        "tail-n",
+        "lock-timeout-first",
+        "lock-timeout-after",
+        "edit-amount-neg",
+        "edit-amount-0",
+        "interval-0",
+        "interval-neg",
+        "interval-nan",
+        "interval-inf",
+        "duration-neg",
         "duration-nan",
     ],
 )

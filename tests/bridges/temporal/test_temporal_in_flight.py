@@ -331,8 +331,7 @@ def _by_call(view: list[dict[str, Any]], wf: str) -> tuple[list[dict[str, Any]],
                 assert reason.startswith("effect refund:A1 is in flight: held by executor "), reason
                 assert "for call h1 (run holder-run)" in reason, reason
                 assert reason.endswith(
-                    "retry later, once that call has finished "
-                    "(the same call id decides again)"
+                    "retry later, once that call has finished (the same call id decides again)"
                 ), reason
             calls.setdefault(event["call_id"], []).append(event)
     return holder, list(calls.values())
