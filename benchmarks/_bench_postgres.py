@@ -432,8 +432,9 @@ async def bench_postgres(tmp: Path, quick: bool, rounds: int) -> str:
 
 @contextlib.contextmanager
 def _one_cpu(pids: list[int]) -> Iterator[bool]:
-    """This process and ``pids`` on the first CPU this process may use, then back; yields
-    whether they all are (else none is moved: timed as the scheduler places them)."""
+    """This thread (the event loop's: pid 0) and ``pids`` on the first CPU this process
+    may use, then back; yields whether they all are (else none is moved: timed as the
+    scheduler places them)."""
     moved: dict[int, set[int]] = {}
     try:
         cpu = min(os.sched_getaffinity(0))
