@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import html
 import json
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -94,11 +93,12 @@ def status_now(held: Any) -> str:
     """The status of an effect key's state now, as an executor on this host sees it:
     ``committed``, ``in flight`` (its holder's lease is live), ``ambiguous`` (a claim
     whose holder is gone or whose lease ran out, with no outcome) or ``free``."""
+    from ..engine import host_identity
     from ..ledger import DEFAULT_SKEW_MARGIN_S
 
     if held is None:
         return "free"
-    return str(held.status_at(time.time(), DEFAULT_SKEW_MARGIN_S, socket.gethostname()))
+    return str(held.status_at(time.time(), DEFAULT_SKEW_MARGIN_S, host_identity()))
 
 
 def effect_html(key: str | None, effects: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from ._extensions import (
     RecordReader,
     Store,
 )
+from ._holders import host_identity
 from ._limits import RunLimits
 from ._options import register_target
 from ._prepare import Prepared
@@ -81,6 +82,7 @@ __all__ = [
     "effect_notice",
     "exchange_recorder",
     "get_default_executor",
+    "host_identity",
     "json_problem",
     "nests_deeper",
     "new_id",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 import uuid
 from collections import OrderedDict
@@ -64,6 +63,7 @@ from ._extensions import (
     RecordReader,
     Store,
 )
+from ._holders import host_identity
 from ._limits import RunLimits
 from ._options import (
     check_approval,
@@ -188,7 +188,7 @@ class Executor:
             #: This executor's id, recorded as the holder of every effect key it claims.
             executor_id=uuid.uuid4().hex[:12],
             pid=os.getpid(),
-            host=socket.gethostname(),
+            host=host_identity(),
             lease_s=lease_s,
             skew_margin_s=skew_margin_s,
             sync_appends=sync_appends,

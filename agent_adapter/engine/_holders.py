@@ -6,13 +6,38 @@ can tell a dead holder at once, without waiting out its lease: no such pid, a zo
 (killed, not yet reaped), or a pid now running another process (another start time).
 Anywhere the answer cannot be had (another OS, no ``/proc``), the holder counts as alive
 and its lease decides, as before: a live holder is never taken for a dead one by guess.
+
+"This host" is ``host_identity()``, what a claim records as its holder's host: the
+hostname, and on Linux the kernel's boot id and the process's pid namespace. A hostname
+alone is not a host: containers with the host's network (or pods with ``hostNetwork``)
+share one, and so may two machines; their pids mean nothing to each other, so a holder
+alive in one would look gone from the other (no such pid, or another process's), and
+its claim would read as abandoned while its body runs. Claims written by an older
+version (a bare hostname) never match: their lease decides.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 
-__all__ = ["holder_gone", "process_start"]
+__all__ = ["holder_gone", "host_identity", "process_start"]
+
+
+@functools.cache
+def host_identity() -> str:
+    """This process's host as effect claims record it (see the module docstring):
+    ``name [boot <boot id>, pid ns <inode>]``, or the bare hostname where Linux's
+    ``/proc`` does not tell them (another OS: the lease decides there)."""
+    name = socket.gethostname()
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return name
+    return f"{name} [boot {boot}, pid ns {namespace}]"
 
 
 def _stat(pid: int) -> list[str] | None:

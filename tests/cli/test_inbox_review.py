@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import socket
 import time
 import urllib.parse
 from pathlib import Path
@@ -28,7 +27,7 @@ from test_inbox_http import csrf_of, request
 
 from agent_adapter import CallbackApproval, Executor
 from agent_adapter.cli._inbox_views import arg_changes, changes_text, effect_html, status_now
-from agent_adapter.engine import Projection
+from agent_adapter.engine import Projection, host_identity
 from agent_adapter.ledger import EffectClaimed, SQLiteLedger, decode_event
 
 GOLDEN_V1 = Path(__file__).parent.parent / "ledger" / "golden" / "engine_v1.jsonl"
@@ -172,7 +171,7 @@ def test_an_effect_key_in_flight_and_one_whose_holder_is_gone_are_told_apart() -
     very process holds it) and "ambiguous" once the lease ran out; no key is "free"."""
     live, dead = Projection(), Projection()
     claim = {"run_id": "r1", "call_id": "c1", "tool": "refund", "key": "refund:A1"}
-    host, pid = socket.gethostname(), os.getpid()
+    host, pid = host_identity(), os.getpid()
     live.apply(
         EffectClaimed(seq=1, **claim, holder="x", pid=pid, host=host, lease_until=time.time() + 60)
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from _helpers import (
 )
 
 from agent_adapter import CallContext, Decision, Executor, Registry, RunLimits, digest
+from agent_adapter.engine import host_identity
 from agent_adapter.errors import (
     AmbiguousEffect,
     ApprovalDenied,
@@ -111,7 +111,7 @@ async def test_committed_key_refuses_a_duplicate_with_the_same_args(clock: Any) 
             digest=d,
             holder=t.executor.executor_id,
             pid=os.getpid(),
-            host=socket.gethostname(),
+            host=host_identity(),
             lease_until=1030.0,
             pid_start=own_pid_start(),
         ),
@@ -228,7 +228,7 @@ async def test_key_claimed_by_a_running_call_is_in_flight(clock: Any) -> None:
     ex = t.executor
     assert str(info.value) == (
         f"effect refund:A1 is in flight: held by executor {ex.executor_id} (pid "
-        f"{os.getpid()} on host {socket.gethostname()}) for call c1 (run r1), lease until "
+        f"{os.getpid()} on host {host_identity()}) for call c1 (run r1), lease until "
         "1970-01-01 00:17:10 UTC; it does not run twice: retry later, once that call has "
         "finished (the same call id decides again)"
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from agent_adapter import (
     RunLimits,
     digest,
 )
+from agent_adapter.engine import host_identity
 from agent_adapter.errors import (
     AmbiguousEffect,
     ApprovalPending,
@@ -142,7 +142,7 @@ def _claimed(holder: Executor, ids: dict[str, Any]) -> EffectClaimed:
         digest=DIGEST,
         holder=holder.executor_id,
         pid=os.getpid(),
-        host=socket.gethostname(),
+        host=host_identity(),
         lease_until=1000.0 + holder.lease_s,
         pid_start=own_pid_start(),
     )

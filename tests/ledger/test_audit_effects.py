@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import structlog
 
 from agent_adapter import Executor, Registry, digest
 from agent_adapter.cli import main
+from agent_adapter.engine import host_identity
 from agent_adapter.errors import GuardrailBlocked, ToolError, ToolFailed, ToolTimeout
 from agent_adapter.ledger import (
     CallBlocked,
@@ -209,7 +209,7 @@ async def test_each_outcome_resolved_or_not(
         # and its lease: lease_s (30 s) past the injected clock.
         holder=claimed(events).holder,
         pid=os.getpid(),
-        host=socket.gethostname(),
+        host=host_identity(),
         lease_until=1_030.0,
     )
     assert len(expected_effect.holder) == 12
@@ -220,7 +220,7 @@ async def test_each_outcome_resolved_or_not(
                 kind="ambiguous",
                 message=f"effect {KEY}: call c (pay) "
                 + WHY[how].format(
-                    holder=expected_effect.holder, pid=os.getpid(), host=socket.gethostname()
+                    holder=expected_effect.holder, pid=os.getpid(), host=host_identity()
                 )
                 + "; the effect may or may not "
                 "have happened, and no effect.resolved says which",
