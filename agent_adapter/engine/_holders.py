@@ -8,12 +8,15 @@ Anywhere the answer cannot be had (another OS, no ``/proc``), the holder counts 
 and its lease decides, as before: a live holder is never taken for a dead one by guess.
 
 "This host" is ``host_identity()``, what a claim records as its holder's host: the
-hostname, and on Linux the kernel's boot id and the process's pid namespace. A hostname
-alone is not a host: containers with the host's network (or pods with ``hostNetwork``)
-share one, and so may two machines; their pids mean nothing to each other, so a holder
-alive in one would look gone from the other (no such pid, or another process's), and
-its claim would read as abandoned while its body runs. Claims written by an older
-version (a bare hostname) never match: their lease decides.
+hostname with the kernel's boot id and the process's pid namespace. A hostname alone is
+not a host: containers with the host's network (or pods with ``hostNetwork``) share one,
+and so may two machines; their pids mean nothing to each other, so a holder alive in one
+would look gone from the other (no such pid, or another process's), and its claim would
+read as abandoned while its body runs. Where they cannot be told (no ``/proc``, another
+OS, or a ``/proc`` of another pid namespace, whose entries are not this process's pids)
+the identity is this process's alone, so no other process's claim is ever read as one
+of this host's: the lease decides. Claims written by an older version (a bare hostname)
+never match either.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import uuid
 
 __all__ = ["holder_gone", "host_identity", "process_start"]
 
@@ -28,16 +32,23 @@ __all__ = ["holder_gone", "host_identity", "process_start"]
 @functools.cache
 def host_identity() -> str:
     """This process's host as effect claims record it (see the module docstring):
-    ``name [boot <boot id>, pid ns <inode>]``, or the bare hostname where Linux's
-    ``/proc`` does not tell them (another OS: the lease decides there)."""
+    ``name [boot <first 8 of the boot id>, pid ns <inode>]``, or, where that cannot be
+    told, ``name [process <random id>]``, which no other process shares."""
     name = socket.gethostname()
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
             boot = f.read().strip()
         namespace = os.stat("/proc/self/ns/pid").st_ino
+        ours = os.readlink("/proc/self") == str(os.getpid())  # /proc of our pid namespace
     except OSError:
-        return name
-    return f"{name} [boot {boot}, pid ns {namespace}]"
+        boot, namespace, ours = "", 0, False
+    if not (ours and boot and namespace):
+        return f"{name} [process {uuid.uuid4().hex[:12]}]"
+    return f"{name} [boot {boot[:8]}, pid ns {namespace}]"
+
+
+# A child forked into another pid namespace (unshare, then fork) must not keep ours.
+os.register_at_fork(after_in_child=host_identity.cache_clear)
 
 
 def _stat(pid: int) -> list[str] | None:
