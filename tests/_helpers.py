@@ -205,3 +205,23 @@ def own_pid_start() -> int:
     with open("/proc/self/stat") as f:
         raw = f.read()
     return int(raw[raw.rfind(")") + 2 :].split()[19])
+
+
+class GatedRefund:
+    """A registry whose ``refund`` effect (key ``refund:{order_id}``) runs until ``gate``
+    is set: ``running`` is set once its body runs (its claim and ``call.started`` are
+    durable by then), ``ran`` lists the orders whose body ran."""
+
+    def __init__(self) -> None:
+        from agent_adapter import Registry
+
+        self.ran: list[str] = []
+        self.running, self.gate = asyncio.Event(), asyncio.Event()
+        self.registry = Registry()
+
+        @self.registry.tool(effect="refund:{order_id}")
+        async def refund(order_id: str) -> str:
+            self.ran.append(order_id)
+            self.running.set()
+            await self.gate.wait()
+            return f"refunded {order_id}"

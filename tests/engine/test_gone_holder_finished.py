@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers import GatedRefund
 
-from agent_adapter import Executor, Registry
+from agent_adapter import Executor
 from agent_adapter.errors import DuplicateEffect
 from agent_adapter.ledger import SQLiteLedger, replay
 
@@ -39,23 +40,12 @@ async def test_a_holder_that_finished_then_stopped_leaves_a_duplicate_not_ambigu
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "shared.db"
-    ran: list[str] = []
-    gate = asyncio.Event()
-    running = asyncio.Event()
-    registry = Registry()
-
-    @registry.tool(effect="refund:{order_id}")
-    async def refund(order_id: str) -> str:
-        ran.append(order_id)
-        running.set()
-        await gate.wait()
-        return f"refunded {order_id}"
-
-    a = await Executor.open(registry, ledger=SQLiteLedger(db))
+    tool = GatedRefund()
+    a = await Executor.open(tool.registry, ledger=SQLiteLedger(db))
     a._pipe.pid = _dead_pid()  # its claims name a process that will be gone
     a._pipe.pid_start = 0
     a_call = asyncio.create_task(a.call("refund", {"order_id": "o1"}, run_id="ra", call_id="ca"))
-    await asyncio.wait_for(running.wait(), 60)  # A's claim and call.started are durable
+    await asyncio.wait_for(tool.running.wait(), 60)  # A's claim and call.started are durable
 
     b_ledger = SQLiteLedger(db)
     real_catch_up = b_ledger.catch_up
@@ -66,17 +56,17 @@ async def test_a_holder_that_finished_then_stopped_leaves_a_duplicate_not_ambigu
         looks += 1
         await real_catch_up()
         if looks == 1:  # right after B's first look: A finishes, and is gone
-            gate.set()
+            tool.gate.set()
             assert await a_call == "refunded o1"
 
     b_ledger.catch_up = catch_up  # type: ignore[method-assign]
-    async with await Executor.open(registry, ledger=b_ledger) as b:
+    async with await Executor.open(tool.registry, ledger=b_ledger) as b:
         assert b.state.effects["refund:o1"].status == "claimed"  # heard of the claim only
         with pytest.raises(DuplicateEffect) as refused:
             await b.call("refund", {"order_id": "o1"}, run_id="rb", call_id="cb")
         assert (refused.value.run_id, refused.value.call_id) == ("ra", "ca")
     await a.close()
-    assert ran == ["o1"]
+    assert tool.ran == ["o1"]
     async with SQLiteLedger(db, readonly=True) as ledger:
         events = [e async for e in ledger.read()]
         verification = await ledger.verify()

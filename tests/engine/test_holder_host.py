@@ -23,8 +23,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from _helpers import GatedRefund
 
-from agent_adapter import Executor, Registry
+from agent_adapter import Executor
 from agent_adapter.engine import host_identity
 from agent_adapter.engine._state import EffectState
 from agent_adapter.errors import EffectInFlight
@@ -102,25 +103,15 @@ async def test_a_live_claim_from_another_pid_namespace_is_refused_as_in_flight(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "shared.db"
-    ran: list[str] = []
-    running, gate = asyncio.Event(), asyncio.Event()
-    registry = Registry()
-
-    @registry.tool(effect="refund:{order_id}")
-    async def refund(order_id: str) -> str:
-        ran.append(order_id)
-        running.set()
-        await gate.wait()
-        return f"refunded {order_id}"
-
-    a = await Executor.open(registry, ledger=SQLiteLedger(db))
+    tool = GatedRefund()
+    a = await Executor.open(tool.registry, ledger=SQLiteLedger(db))
     # A's claims as a replica in another pid namespace on a host of our name writes
     # them: its identity, and a pid that here is another process (ours, started later).
     a._pipe.host, a._pipe.pid_start = _OTHER, _WRONG_START
     a_call = asyncio.create_task(a.call("refund", {"order_id": "o1"}, run_id="ra", call_id="ca"))
-    await asyncio.wait_for(running.wait(), 60)  # A's claim and call.started are durable
+    await asyncio.wait_for(tool.running.wait(), 60)  # A's claim and call.started are durable
     try:
-        async with await Executor.open(registry, ledger=SQLiteLedger(db)) as b:
+        async with await Executor.open(tool.registry, ledger=SQLiteLedger(db)) as b:
             with pytest.raises(EffectInFlight) as refused:
                 await b.call("refund", {"order_id": "o1"}, run_id="rb", call_id="cb")
             assert b.state.effects["refund:o1"].host == _OTHER
@@ -128,7 +119,7 @@ async def test_a_live_claim_from_another_pid_namespace_is_refused_as_in_flight(
             assert "resolve" not in str(refused.value)
             assert b.effect_status("refund:o1") == IN_FLIGHT
     finally:
-        gate.set()
+        tool.gate.set()
         assert await a_call == "refunded o1"
         await a.close()
-    assert ran == ["o1"]
+    assert tool.ran == ["o1"]
