@@ -48,7 +48,8 @@ def host_identity() -> str:
 
 
 # A child forked into another pid namespace (unshare, then fork) must not keep ours.
-os.register_at_fork(after_in_child=host_identity.cache_clear)
+if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
+    os.register_at_fork(after_in_child=host_identity.cache_clear)
 
 
 def _stat(pid: int) -> list[str] | None:
