@@ -77,6 +77,25 @@ def test_a_proc_of_another_pid_namespace_makes_an_identity_of_its_own() -> None:
     assert other != host_identity()
 
 
+def test_a_forked_child_computes_its_own_identity() -> None:
+    """The identity is cached per process; a child forked after it (perhaps into another
+    pid namespace: unshare, then fork) starts without it."""
+    assert host_identity()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: say whether it still holds the parent's, and leave
+        os.write(write, str(host_identity.cache_info().currsize).encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        said = os.read(read, 16)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert said == b"0"
+    assert host_identity.cache_info().currsize == 1  # the parent keeps its own
+
+
 def test_a_claim_of_another_host_is_left_to_its_lease() -> None:
     """Our own pid with another start time is "gone" to a reader on the claim's host; a
     claim that names another host (another namespace's, or an older version's bare
