@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import msgspec
@@ -25,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.trace import StatusCode
 
 from agent_adapter import CallContext, Executor, Registry
+from agent_adapter.engine import host_identity
 from agent_adapter.errors import (
     ApprovalDenied,
     DuplicateEffect,
@@ -131,7 +131,7 @@ async def test_a_call_is_one_span_under_the_host_span(clock: Any) -> None:
                 "agent_adapter.seq": 3,
                 "holder": executor.executor_id,
                 "pid": os.getpid(),
-                "host": socket.gethostname(),
+                "host": host_identity(),
                 "lease_until": 1000.0 + executor.lease_s,
                 "pid_start": own_pid_start(),
             },
