@@ -50,8 +50,8 @@ from agent_adapter.ledger import CallRequested, PostgresLedger
 from agent_adapter.testing.postgres import Cluster, binaries
 
 _TICK = os.sysconf("SC_CLK_TCK")
-
 _HERE = Path(__file__).resolve().parent
+
 # Raw asyncpg, no ledger: ``per`` transactions back to back, each a COPY of ``tasks`` rows
 # (a group commit's rows of ``tasks`` appenders, seq in a range of this child's own) into
 # the ledger's table in ``schema``.
@@ -193,60 +193,28 @@ async def main(rounds: int, per: int) -> None:
         )
         print("|---|---:|---:|---:|---:|---:|")
         for r in range(1, rounds + 1):
-            by_run = ",".join(f"shard{r}_{k}" for k in range(4))
-            by_run_big = ",".join(f"bshard{r}_{k}" for k in range(4))
-            own = ",".join(f"own{r}_{k}" for k in range(4))
-            own_big = ",".join(f"bown{r}_{k}" for k in range(4))
             # (name, events, what runs them)
             variants: list[tuple[str, int, Callable[[], Awaitable[Measured]]]] = [
-                (BASELINE, events, partial(one_process, dsn, data, f"one{r}", 64, per)),
-                (
-                    "4 x 16 fleet, one ledger",
-                    events,
-                    partial(fleet, dsn, data, f"fleet{r}", 4, 16, per),
-                ),
-                (
-                    "4 x 16 fleet, 4 ledgers by run",
-                    events,
-                    partial(fleet, dsn, data, f"hash:{by_run}", 4, 16, per),
-                ),
-                (
-                    "4 x 16 fleet, a ledger each",
-                    events,
-                    partial(fleet, dsn, data, f"own:{own}", 4, 16, per),
-                ),
-                (
-                    "256 appenders, one process",
-                    4 * events,
-                    partial(one_process, dsn, data, f"one{r}b", 256, per),
-                ),
-                (
-                    "4 x 64 fleet, one ledger",
-                    4 * events,
-                    partial(fleet, dsn, data, f"big{r}", 4, 64, per),
-                ),
-                (
-                    "4 x 64 fleet, 4 ledgers by run",
-                    4 * events,
-                    partial(fleet, dsn, data, f"hash:{by_run_big}", 4, 64, per),
-                ),
-                (
-                    "4 x 64 fleet, a ledger each",
-                    4 * events,
-                    partial(fleet, dsn, data, f"own:{own_big}", 4, 64, per),
-                ),
-                (RAW_BASELINE, events, partial(raw, dsn, data, f"raw{r}_1", 1, 64, per)),
-                (
-                    "raw: 4 x 16-row COPY",
-                    events,
-                    partial(raw, dsn, data, f"raw{r}_16", 4, 16, per),
-                ),
-                (
-                    "raw: 4 x 64-row COPY",
-                    4 * events,
-                    partial(raw, dsn, data, f"raw{r}_64", 4, 64, per),
-                ),
+                (BASELINE, events, partial(one_process, dsn, data, f"one{r}", 64, per))
             ]
+            for tasks in (16, 64):
+                n = tasks // 16 * events
+                if tasks == 64:
+                    one_256 = partial(one_process, dsn, data, f"one{r}b", 256, per)
+                    variants.append(("256 appenders, one process", n, one_256))
+                for how, target in (
+                    ("one ledger", f"fleet{r}_{tasks}"),
+                    ("4 ledgers by run", "hash:" + ",".join(f"s{r}_{tasks}_{k}" for k in range(4))),
+                    ("a ledger each", "own:" + ",".join(f"o{r}_{tasks}_{k}" for k in range(4))),
+                ):
+                    run = partial(fleet, dsn, data, target, 4, tasks, per)
+                    variants.append((f"4 x {tasks} fleet, {how}", n, run))
+            variants.append(
+                (RAW_BASELINE, events, partial(raw, dsn, data, f"raw{r}_1", 1, 64, per))
+            )
+            for rows in (16, 64):
+                run = partial(raw, dsn, data, f"raw{r}_{rows}", 4, rows, per)
+                variants.append((f"raw: 4 x {rows}-row COPY", rows // 16 * events, run))
             done = [(name, n, await run()) for name, n, run in variants]
             rate = {name: n / measured[0] for name, n, measured in done}
             for name, n, measured in done:
