@@ -19,8 +19,10 @@ pooler in transaction mode cannot point a statement at another schema):
   events deleted from the end (the MAC is ``_head_mac``, as the SQLite head's).
 - ``effect_claims(key, seq, holder, horizon)``: the last claim of each effect key,
   written in the transaction that appends the ``effect.claimed`` event.
-- ``append_events(...)`` (schema version 2; its body changed in version 3): the function
-  one append transaction is, so that a commit is one round trip (see ``append_function_sql``).
+- ``append_events(...)`` (schema version 2; its body changed in version 3; version 4's
+  takes one more argument, ``p_rechain``, and is created beside version 3's, which
+  writers of versions 2 and 3 still running call): the function one append transaction
+  is, so that a commit is one round trip (see ``append_function_sql``).
 
 Indexes: ``events_run_id (run_id, seq)`` and ``events_call_run (call_id, run_id, seq)``
 (schema version 2; version 1 had ``events_call_id (call_id, seq)``, which scanned every
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 #: The schema version this version writes; a schema with a higher one is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FORMAT = "agent-adapter-ledger"
 _TABLES = frozenset({"meta", "events", "head", "effect_claims"})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -142,6 +144,7 @@ def schema_sql(schema: str) -> list[str]:
 
 # What the function answers, one row each: (kind, seq, text, hash, payload).
 APPENDED = "ok"  # the rows are written (seq, hash: the new head); COMMIT follows
+RECHAINED = "rechained"  # before APPENDED: the head the rows went on (seq, text = mac, hash)
 STALE = "stale"  # the head is not the expected one (seq, text = mac, hash: the head)
 ROW = "row"  # after STALE: a committed row past p_since (seq, text = prev, hash, payload)
 CLAIMED = "claimed"  # a claim another holder has (text = the key, seq = its claim's seq)
@@ -151,8 +154,9 @@ UNEVEN = "uneven"  # the table does not end at the head: nothing written
 CLAIM_RACE = "agent-adapter: an effect claim was written around the head lock"
 
 
-def append_function_sql(schema: str) -> str:
-    """``CREATE OR REPLACE FUNCTION`` of the schema's append function (version 3).
+def append_function_sql(schema: str, *, rechain: bool = True) -> str:
+    """``CREATE OR REPLACE FUNCTION`` of the schema's append function (version 4;
+    ``rechain=False``: version 3's, the same but for step 1's ``p_rechain``).
 
     One call is one append transaction, so a commit is one round trip (called outside a
     transaction block, the statement is the transaction: it commits when it returns):
@@ -160,7 +164,12 @@ def append_function_sql(schema: str) -> str:
     1. lock the head ``FOR UPDATE`` (waiting at most ``p_lock_ms``) and compare it with
        the head the rows were chained on (``p_head_*``). Another one: answer ``STALE``,
        the head, and the rows past ``p_since`` (what the caller's followers have not
-       heard), writing nothing; the caller chains again on it.
+       heard), writing nothing; the caller chains again on it. With ``p_rechain`` (an
+       unkeyed ledger, whose hashes are plain SHA-256) and a head whose MAC is the
+       unkeyed one, the function chains the rows again on it instead (their seq and
+       prev, hash, the claims' seq, the new head and its MAC), goes on with step 2,
+       and answers ``RECHAINED`` (the head it found, then those rows) before
+       ``APPENDED``.
     2. the table must end at the head (its last row is the head's), else ``UNEVEN``:
        one probe of the primary key's end, whatever the plan (every statement here is
        planned once per connection without its parameters' values, so none may depend
@@ -175,31 +184,40 @@ def append_function_sql(schema: str) -> str:
     An answer that wrote nothing held only the head's row lock; with ``p_quiet`` (the
     call is its own transaction) its commit does not wait for a flush (there is nothing
     to make durable), so a fleet's stale tries do not hold the head for an fsync each.
-    The chain's hashes and the head's MAC come from the caller: the key never reaches
-    the database.
+    The chain's hashes and the head's MAC come from the caller (or, rechained, from the
+    same SHA-256 here, which the caller checks): the key never reaches the database.
     """
     s = q(schema)
+    if not rechain:
+        return _append_function(s, "", "", "", _STALE_IF, "", "")
+    elsif = _STALE_IF.replace("IF", "ELSIF", 1)
+    parts = (", p_rechain boolean", _RECHAIN_DECLARE, _RECHAIN, elsif, _REFUSED, _RECHAINED)
+    return _append_function(s, *(part.replace("{s}", s) for part in parts))
+
+
+def _append_function(
+    s: str, param: str, declare: str, rechain: str, stale_if: str, refused: str, rechained: str
+) -> str:
     return f"""CREATE OR REPLACE FUNCTION {s}.append_events(
     p_head_seq bigint, p_head_hash text, p_head_mac text, p_since bigint, p_quiet boolean,
     p_lock_ms text,
     p_rows {s}.events[],
     p_key text[], p_key_seq bigint[], p_holder text[], p_horizon bigint[],
-    p_new_hash text, p_new_mac text, p_channel text)
+    p_new_hash text, p_new_mac text, p_channel text{param})
 RETURNS TABLE (o_kind text, o_seq bigint, o_text text, o_hash text, o_payload bytea)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     h record;
     t record;
     n bigint;
-    new_seq bigint := p_head_seq + coalesce(cardinality(p_rows), 0);
+{declare}    new_seq bigint := p_head_seq + coalesce(cardinality(p_rows), 0);
 BEGIN
     PERFORM set_config('lock_timeout', p_lock_ms, true);
     SELECT hd.seq, hd.hash, hd.mac INTO h FROM {s}.head hd WHERE hd.id = 1 FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'agent-adapter: the head row is missing';
     END IF;
-    IF h.seq <> p_head_seq OR h.hash <> p_head_hash OR h.mac <> p_head_mac THEN
-        IF p_quiet THEN
+{rechain}{stale_if}        IF p_quiet THEN
             PERFORM set_config('synchronous_commit', 'off', true);
         END IF;
         RETURN QUERY SELECT 'stale'::text, h.seq, h.mac, h.hash, NULL::bytea;
@@ -221,7 +239,7 @@ BEGIN
         RETURN;
     END IF;
     IF cardinality(p_key) > 0 THEN
-        RETURN QUERY SELECT 'claimed'::text, c.seq, c.key, NULL::text, NULL::bytea
+{refused}        RETURN QUERY SELECT 'claimed'::text, c.seq, c.key, NULL::text, NULL::bytea
             FROM {s}.effect_claims c
             JOIN unnest(p_key, p_holder, p_horizon) AS k(key, holder, horizon)
               ON c.key = k.key
@@ -246,19 +264,85 @@ BEGIN
     INSERT INTO {s}.events SELECT * FROM unnest(p_rows);
     UPDATE {s}.head SET seq = new_seq, hash = p_new_hash, mac = p_new_mac WHERE id = 1;
     PERFORM pg_notify(p_channel, new_seq::text);
-    RETURN QUERY SELECT 'ok'::text, new_seq, p_new_mac, p_new_hash, NULL::bytea;
+{rechained}    RETURN QUERY SELECT 'ok'::text, new_seq, p_new_mac, p_new_hash, NULL::bytea;
 END
 $fn$"""
+
+
+# The parts of the append function that chain the rows again on a moved head (version 4).
+_RECHAIN_DECLARE = """    r {s}.events;
+    i integer;
+    delta bigint;
+    link text;
+"""
+_RECHAIN = """    IF p_rechain AND p_head_seq >= 0 AND cardinality(p_rows) > 0
+        AND (h.seq <> p_head_seq OR h.hash <> p_head_hash OR h.mac <> p_head_mac)
+        AND h.mac = encode(sha256(convert_to(h.seq::text || ':' || h.hash || ':head keyed=0',
+                                              'UTF8')), 'hex') THEN
+        -- Unkeyed: the rows chained again here, on the head as it is.
+        delta := h.seq - p_head_seq;
+        link := h.hash;
+        FOR i IN 1 .. cardinality(p_rows) LOOP
+            r := p_rows[i];
+            r.seq := r.seq + delta;
+            r.prev := link;
+            link := encode(sha256(convert_to(r.seq::text || ':' || link || ':', 'UTF8')
+                                  || r.payload), 'hex');
+            r.hash := link;
+            p_rows[i] := r;
+        END LOOP;
+        IF cardinality(p_key) > 0 THEN
+            p_key_seq := ARRAY(SELECT x + delta FROM unnest(p_key_seq) AS x);
+        END IF;
+        p_head_seq := h.seq;
+        p_head_hash := h.hash;
+        new_seq := h.seq + cardinality(p_rows);
+        p_new_hash := link;
+        p_new_mac := encode(sha256(convert_to(new_seq::text || ':' || link || ':head keyed=0',
+                                              'UTF8')), 'hex');
+"""
+_STALE_IF = "    IF h.seq <> p_head_seq OR h.hash <> p_head_hash OR h.mac <> p_head_mac THEN\n"
+# Claims refused on a head others moved: answered as that head, stale, with the rows
+# past p_since, writing nothing, so that the caller's followers hear the claims that
+# refuse theirs before the caller is told (``Follow.refused``); on the head it then
+# knows, a claim the events do not explain is answered CLAIMED.
+_REFUSED = """        IF link IS NOT NULL AND EXISTS (SELECT 1 FROM {s}.effect_claims c
+                JOIN unnest(p_key, p_holder, p_horizon) AS k(key, holder, horizon)
+                  ON c.key = k.key
+                WHERE NOT (c.holder = k.holder OR c.seq <= k.horizon OR k.holder = '')) THEN
+            IF p_quiet THEN
+                PERFORM set_config('synchronous_commit', 'off', true);
+            END IF;
+            RETURN QUERY SELECT 'stale'::text, h.seq, h.mac, h.hash, NULL::bytea;
+            IF p_since IS NOT NULL THEN
+                RETURN QUERY SELECT 'row'::text, e.seq, e.prev, e.hash, e.payload
+                    FROM {s}.events e WHERE e.seq > p_since AND e.seq <= h.seq ORDER BY e.seq;
+            END IF;
+            RETURN;
+        END IF;
+"""
+_RECHAINED = """    IF link IS NOT NULL THEN
+        RETURN QUERY SELECT 'rechained'::text, h.seq, h.mac, h.hash, NULL::bytea;
+        IF p_since IS NOT NULL THEN
+            RETURN QUERY SELECT 'row'::text, e.seq, e.prev, e.hash, e.payload
+                FROM {s}.events e WHERE e.seq > p_since AND e.seq <= h.seq ORDER BY e.seq;
+        END IF;
+    END IF;
+"""
 
 
 def migration_sql(schema: str, version: int) -> list[tuple[str, bool]]:
     """The statements that bring a schema of ``version`` to ``SCHEMA_VERSION``, each with
     whether it must run outside a transaction block (``CONCURRENTLY``)."""
     s = q(schema)
-    # The function as this version writes it (version 2's found the table's end with a
-    # statement whose generic plan scans the whole table: replaced in place, same
-    # signature, so writers of version 2 still running call the new one).
+    # The function as this version writes it (version 4's takes one more argument, so it
+    # is created beside version 3's, which writers of versions 2 and 3 still running go
+    # on calling: both take the same head lock). Version 2's own found the table's end
+    # with a statement whose generic plan scans the whole table: replaced in place by
+    # version 3's (the same signature).
     steps: list[tuple[str, bool]] = [(append_function_sql(schema), False)]
+    if version == 2:
+        steps.append((append_function_sql(schema, rechain=False), False))
     if version < 2:
         steps += [
             # Built without blocking the writers that run meanwhile (an older version's

@@ -12,14 +12,22 @@ outside a transaction block, so that the call is its commit: one round trip.
    checks it is the expected one and that the table ends at it, checks and writes the
    effect claims, inserts the rows, moves the head and sends ``pg_notify`` (delivered
    at commit, in commit order, to wake idle followers).
-2. Another writer moved the head (or this writer knows none yet): the function answers
-   the head and the committed rows past what our followers have heard, writing nothing.
-   Those rows are the others' events: handed to the followers before any waiter wakes,
-   and their effect claims refuse our batches that claim the same keys
-   (``Follow.refused``, as in the SQLite store); the survivors are chained again on that
-   head and sent again. After ``_OPTIMISTIC_TRIES`` such answers in a row the writer
-   opens a transaction block, so the head stays locked from the call that reads it to
-   COMMIT: a writer that keeps losing the race is never starved.
+2. Another writer moved the head. Unkeyed (the chain is plain SHA-256), the function
+   chains the rows again itself, on the head it holds, and answers ``RECHAINED``: that
+   head and the committed rows past what our followers have heard, then ``APPENDED``;
+   this writer chains its rows the same way (``_rechain``: the events get their stored
+   seq and hash, and the function's head is checked against ours). A fleet sharing one
+   ledger so commits once per commit, instead of answering stale and going again
+   (measured: 2.2 stale answers per commit of a 4 x 16 fleet before). Effect claims are
+   then the claims table's to refuse (step 3: the same rule as ``Follow.refused``).
+   Keyed (the key never reaches the database), or with no head known yet: the function
+   answers the head and those rows, writing nothing. Those rows are the others' events:
+   handed to the followers before any waiter wakes, and their effect claims refuse our
+   batches that claim the same keys (``Follow.refused``, as in the SQLite store); the
+   survivors are chained again on that head and sent again. After
+   ``_OPTIMISTIC_TRIES`` such answers in a row the writer opens a transaction block, so
+   the head stays locked from the call that reads it to COMMIT: a writer that keeps
+   losing the race is never starved.
 3. A claim the function finds held by another holder past the claimer's horizon (a
    claim the events did not show: written around the ledger) refuses its batch, and the
    transaction is sent again without it. A table that does not end at the head refuses
@@ -28,10 +36,13 @@ outside a transaction block, so that the call is its commit: one round trip.
 Lost commits. A connection that fails while the call (or a block's COMMIT) is under way
 leaves the outcome unknown. The writer reconnects and takes the head lock (so the old
 transaction, which held it, has ended one way or the other), then looks for its last row
-by seq and hash: found, the batch committed; not found, it did not, and only then is it
-written again. Nothing is appended twice. A database that stays away past ``timeout_s``
-fails the batches with ``LedgerError``: they are not reported done (they may have landed;
-the next writer that reads the ledger sees them, and they are never stored twice).
+by seq and hash; where the function may have chained the rows again on a moved head
+(unkeyed), for its rows by their payloads past the head it chained them on: found, the
+batch committed (and its events get the seq and hash they are stored with); not found,
+it did not, and only then is it written again. Nothing is appended twice. A database
+that stays away past ``timeout_s`` fails the batches with ``LedgerError``: they are not
+reported done (they may have landed; the next writer that reads the ledger sees them,
+and they are never stored twice).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ import hmac
 import logging
 import re
 import time
+from hashlib import sha256 as _sha256
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -57,6 +69,7 @@ from ._postgres_schema import (
     APPENDED,
     CLAIM_RACE,
     CLAIMED,
+    RECHAINED,
     STALE,
     connection_lost,
     q,
@@ -83,6 +96,8 @@ _HEX = re.compile(r"[0-9a-f]{64}|")
 _OPTIMISTIC_TRIES = 8
 # What a commit leaves for the followers (see _batches.hand_over).
 _Done = tuple[list[Event], int, list[Written]]
+# Each written batch's events and its rows, in seq order.
+_Chunks = list[tuple[list[Event], list[tuple[Any, ...]]]]
 
 
 class _Store(Protocol):
@@ -121,12 +136,52 @@ class _Store(Protocol):
         ...
 
 
-class _LostCommit(Exception):
-    """COMMIT was sent and the connection failed before its answer: outcome unknown."""
+def _rechain(
+    chunks: _Chunks,
+    seq: int,
+    prev: str,
+    last_seq: int,
+    last_hash: str,
+    last_mac: str | None,
+    where: str,
+) -> None:
+    """Our rows (in place) and events as the append function chained them after ``seq``
+    and ``prev`` (unkeyed: the same SHA-256); it ended at ``last_seq``/``last_hash``, and
+    moved the head to them with ``last_mac`` (None: not known)."""
+    at, link = seq, prev
+    for events, chained in chunks:
+        for i, (row, event) in enumerate(zip(chained, events, strict=True)):
+            at += 1
+            payload = row[6]
+            digest = _sha256(b"%d:%b:%b" % (at, link.encode(), payload)).hexdigest()
+            event.seq, event.prev, event.hash = at, link, digest
+            chained[i] = (at, *row[1:7], link, digest)
+            link = digest
+    if (
+        at != last_seq
+        or link != last_hash
+        or (last_mac is not None and last_mac != head_mac(at, link, None))
+    ):
+        raise LedgerError(
+            f"ledger {where}: this append was written through seq {last_seq} "
+            f"({last_hash[:12]}), but its rows chain to seq {at} ({link[:12]}) here: "
+            "the database's append function is not this version's (see ledger verify)"
+        )
 
-    def __init__(self, seq: int, hash_: str, done: _Done, cause: BaseException) -> None:
+
+class _LostCommit(Exception):
+    """COMMIT was sent and the connection failed before its answer: outcome unknown.
+
+    ``seq``/``hash``: where our last row is, chained as sent; ``moved``: our rows as sent
+    (``_Chunks``) when the function may have chained them again on a head another writer
+    had moved (``_rechain``), so that they may have landed past ``seq``; else None."""
+
+    def __init__(
+        self, seq: int, hash_: str, done: _Done, cause: BaseException, moved: _Chunks | None
+    ) -> None:
         super().__init__(str(cause))
         self.seq, self.hash, self.done, self.cause = seq, hash_, done, cause
+        self.moved = moved
 
 
 class _Stale(Exception):
@@ -197,7 +252,7 @@ class PgWriter:
         # One append transaction (see _postgres_schema.append_function_sql).
         self._append = (
             "SELECT o_kind, o_seq, o_text, o_hash, o_payload FROM"
-            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 15))})"
+            f" {s}.append_events({', '.join(f'${i}' for i in range(1, 16))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
         # (A pool's connection has the service's settings: the wait is set here.)
@@ -206,6 +261,14 @@ class PgWriter:
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
         self._hash_at = f"SELECT hash FROM {s}.events WHERE seq = $1"
+        self._between = (
+            f"SELECT seq, prev, hash, payload FROM {s}.events"
+            " WHERE seq > $1 AND seq <= $2 ORDER BY seq"
+        )
+        # Unkeyed, the append function may chain our rows again on a head others moved
+        # (SHA-256, the same as ours); keyed, the key stays here and a moved head is
+        # answered STALE.
+        self._rechains = self._key is None
 
     # -- the loop side -------------------------------------------------------------------
 
@@ -334,7 +397,7 @@ class PgWriter:
                 return None
             except _LostCommit as lost:
                 try:
-                    landed = await self._landed(lost.seq, lost.hash, deadline)
+                    landed = await self._landed(lost, deadline)
                 except Exception as exc:
                     self._fail(
                         batches,
@@ -346,8 +409,8 @@ class PgWriter:
                         ),
                     )
                     return None
-                if landed:
-                    return lost.done
+                if landed is not None:
+                    return landed
                 _log.warning(
                     "ledger %s: COMMIT was lost and did not land; writing it again", self._where
                 )
@@ -392,9 +455,11 @@ class PgWriter:
             except Exception:
                 self._drop()
 
-    async def _landed(self, seq: int, hash_: str, deadline: float) -> bool:
-        """After a lost COMMIT: did the row ``seq`` with ``hash_`` commit? Waits for the head
-        lock first, so that the old transaction has ended (committed or rolled back)."""
+    async def _landed(self, lost: _LostCommit, deadline: float) -> _Done | None:
+        """After a lost COMMIT: what it committed (``_transaction``'s answer), or None if
+        nothing. Waits for the head lock first, so that the old transaction has ended
+        (committed or rolled back). Rows the function may have chained on a moved head
+        (``lost.moved``) are looked for past where we chained them, by their payloads."""
         self._drop()
         pause = 0.05
         while True:
@@ -402,15 +467,41 @@ class PgWriter:
                 conn = await self._connection(deadline)
                 async with conn.transaction():
                     await conn.execute(self._lock_wait)
-                    await conn.fetchrow(self._lock_head)
-                    found = await conn.fetchval(self._hash_at, seq)
-                return bool(found == hash_)
+                    head = await conn.fetchrow(self._lock_head)
+                    found = await conn.fetchval(self._hash_at, lost.seq)
+                    if found == lost.hash:
+                        return lost.done
+                    if lost.moved is None:
+                        return None
+                    count = sum(len(rows) for _, rows in lost.moved)
+                    after = lost.seq - count  # the head we chained on
+                    past = await conn.fetch(self._between, after, int(head[0]))
+                return self._moved_to(lost, past, count)
             except Exception as exc:
                 if server_refused(exc) or time.monotonic() >= deadline:
                     raise
                 self._drop()
                 await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 1.0)
+
+    def _moved_to(self, lost: _LostCommit, past: list[Any], count: int) -> _Done | None:
+        """Our rows (``lost.moved``) among ``past`` (seq, prev, hash, payload: the committed
+        rows past the head we chained on): found, ours chained as they are stored and the
+        rows before them the others' (handed to the followers); None if not there."""
+        assert lost.moved is not None
+        ours = [row[6] for _, rows in lost.moved for row in rows]
+        payloads = [bytes(row[3]) for row in past]
+        for start in range(len(past) - count + 1):
+            if payloads[start : start + count] == ours:
+                break
+        else:
+            return None
+        first, last = past[start], past[start + count - 1]
+        start_seq, start_prev = int(first[0]) - 1, str(first[1])
+        _rechain(lost.moved, start_seq, start_prev, int(last[0]), str(last[2]), None, self._where)
+        foreign, _, written = lost.done
+        foreign = foreign + _decoded_rows([tuple(r) for r in past[:start]], self._where)
+        return foreign, int(last[0]), written
 
     async def _transaction(
         self,
@@ -450,6 +541,7 @@ class PgWriter:
             )
             written: list[Written] = []
             rows: list[tuple[Any, ...]] = []
+            chunks: _Chunks = []  # for ``_rechain``
             # The claims to write: key -> (seq, holder, horizon, batch index)
             claims: dict[str, tuple[int, str, int, int]] = {}
             seq, prev = head_seq, head_hash
@@ -465,6 +557,7 @@ class PgWriter:
                         continue
                     chained, seq, prev = done
                     rows.extend(chained)
+                    chunks.append((batch.events, chained))
                     holder = self._ledger._holder(owner)
                     horizon = batch.horizon if owner is not None else 0
                     for event in batch.events:
@@ -485,10 +578,20 @@ class PgWriter:
                 raise
             except Exception as exc:
                 if rows and not in_block and not server_refused(exc):
-                    # Sent, and no answer: the call may have committed.
-                    raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
+                    # Sent, and no answer: the call may have committed (on another head,
+                    # if the function could chain the rows again: see ``_landed``).
+                    moved = chunks if self._rechains else None
+                    raise _LostCommit(seq, prev, (foreign, seq, written), exc, moved) from exc
                 raise
             kind = answer[0][0]
+            if kind == RECHAINED:
+                # Unkeyed: the function chained the rows on the head as it found it.
+                foreign_rows = answer[1:-1]
+                if since is not None and foreign_rows:
+                    foreign.extend(_decoded_rows([r[1:] for r in foreign_rows], where))
+                _, seq, mac, prev, _ = answer[-1]
+                _rechain(chunks, int(answer[0][1]), str(answer[0][3]), seq, prev, mac, where)
+                kind = APPENDED
             if kind == APPENDED:
                 if in_block:
                     try:
@@ -496,7 +599,7 @@ class PgWriter:
                     except Exception as exc:
                         if server_refused(exc):
                             raise
-                        raise _LostCommit(seq, prev, (foreign, seq, written), exc) from exc
+                        raise _LostCommit(seq, prev, (foreign, seq, written), exc, None) from exc
                 self._known = (seq, prev, mac)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.
                 self.hint = max(self.hint, seq)
@@ -528,8 +631,9 @@ class PgWriter:
                 raise _ClaimRefused(
                     {claims[str(r[2])][3]: EffectTaken(str(r[2]), int(r[1])) for r in answer}
                 )
+            # UNEVEN, about the head the function holds (rechaining, not the one we knew).
             self._known = None
-            await self._refuse(conn, head_seq, head_hash, mac_fits=True)
+            await self._refuse(conn, int(answer[0][1]), str(answer[0][3]), mac_fits=True)
 
     async def _call(
         self,
@@ -559,6 +663,7 @@ class PgWriter:
                 hash_,
                 mac,
                 self._ledger.channel,
+                self._rechains and not in_block,
             )
             return answer
         except Exception as exc:

@@ -11,6 +11,7 @@ import pytest
 
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, EffectClaimed, PostgresLedger, Verification
+from agent_adapter.ledger._postgres_schema import SCHEMA_VERSION
 
 
 def _requested(call_id: str) -> CallRequested:
@@ -56,7 +57,7 @@ async def test_a_migration_lock_held_elsewhere_fails_the_open_after_its_timeout(
     lets go (a migration hung, or the lock leaked on a pooled server connection): the
     writer's open fails with LedgerError after ``timeout_s`` naming the lock; the
     ledger is unchanged, and once the lock is free the next writer migrates it to
-    version 3 and appends."""
+    this version and appends."""
     async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
         await ledger.append(_requested("c0"))
     lock = f"agent-adapter:migrate:{pg_schema}"
@@ -83,4 +84,4 @@ async def test_a_migration_lock_held_elsewhere_fails_the_open_after_its_timeout(
         )
     finally:
         await conn.close()
-    assert version == "3"
+    assert version == str(SCHEMA_VERSION)

@@ -18,7 +18,13 @@ from _child import Child
 from _helpers import timeline
 
 from agent_adapter import DeferredApproval, Executor, Registry
-from agent_adapter.errors import AmbiguousEffect, ApprovalPending, DuplicateEffect, ToolError
+from agent_adapter.errors import (
+    AmbiguousEffect,
+    ApprovalPending,
+    DuplicateEffect,
+    EffectInFlight,
+    ToolError,
+)
 from agent_adapter.ledger import (
     ApprovalConsumed,
     CallStarted,
@@ -220,11 +226,15 @@ def _refunds(runs: list[str], gate: asyncio.Event | None = None) -> Registry:
     return registry
 
 
+@pytest.mark.parametrize("b_wrote", [False, True], ids=["b-new", "b-wrote-before"])
 async def test_a_key_claimed_by_another_replica_is_refused_then_a_duplicate(
-    postgres_dsn: str, pg_schema: str
+    postgres_dsn: str, pg_schema: str, b_wrote: bool
 ) -> None:
     """Replica B opened before A claimed: B's claim is refused in the write transaction
-    (ambiguous while A runs), a duplicate once A finished; A's body ran once."""
+    (in flight while A runs), a duplicate once A finished; A's body ran once. With B
+    having written before (its head known, so its claim goes on the head A moved), the
+    refusal comes with A's claim, which B hears before it decides: in flight, not a
+    claim refused for want of news."""
     runs: list[str] = []
     gate, started = asyncio.Event(), asyncio.Event()
     registry = Registry()
@@ -237,19 +247,28 @@ async def test_a_key_claimed_by_another_replica_is_refused_then_a_duplicate(
         return f"refunded {amount}"
 
     a = await Executor.open(registry, ledger=PostgresLedger(postgres_dsn, schema=pg_schema))
-    b = await Executor.open(_refunds(runs), ledger=PostgresLedger(postgres_dsn, schema=pg_schema))
+    b_ledger = PostgresLedger(postgres_dsn, schema=pg_schema)
+    if b_wrote:
+        # B's NOTIFY of A's claim lost (a hint, as when its LISTEN connection is down):
+        # B first hears of A's claim when its own claim is refused.
+        b_ledger._on_notify = lambda *_: None  # type: ignore[method-assign]
+    b = await Executor.open(_refunds(runs), ledger=b_ledger)
     try:
+        if b_wrote:
+            assert await b.call("refund", {"order_id": "o0", "amount": 1.0}, run_id="rb") == (
+                "refunded 1.0"
+            )
         first = asyncio.create_task(
             a.call("refund", {"order_id": "o1", "amount": 5.0}, run_id="ra", call_id="a1")
         )
         await started.wait()  # A's claim is durable and its body is running
-        with pytest.raises(AmbiguousEffect) as running:
+        with pytest.raises(EffectInFlight) as running:
             await b.call("refund", {"order_id": "o1", "amount": 5.0}, run_id="rb", call_id="b1")
         gate.set()
         assert await first == "refunded 5.0"
         with pytest.raises(DuplicateEffect) as done:
             await b.call("refund", {"order_id": "o1", "amount": 5.0}, run_id="rb", call_id="b2")
-        assert (runs, running.value.key) == (["o1"], "refund:o1")
+        assert (runs[b_wrote:], running.value.key) == (["o1"], "refund:o1")
         assert (done.value.run_id, done.value.call_id) == ("ra", "a1")
     finally:
         await a.close()

@@ -17,6 +17,7 @@ from _helpers import timeline
 
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, PostgresLedger, Verification
+from agent_adapter.ledger._follow import appending
 from agent_adapter.testing.postgres import Cluster, binaries
 
 
@@ -55,24 +56,50 @@ class _FlakyCommit:
         return await self._conn.fetch(sql, *args)
 
 
+@pytest.mark.parametrize("moved", [False, True], ids=["same-head", "moved-head"])
 @pytest.mark.parametrize("lands", [True, False], ids=["committed", "rolled-back"])
 async def test_a_lost_commit_is_read_back_never_appended_twice(
-    postgres_dsn: str, pg_schema: str, lands: bool
+    postgres_dsn: str, pg_schema: str, lands: bool, moved: bool
 ) -> None:
     """COMMIT's answer lost: the writer reconnects, reads the head under its lock, and
-    either acknowledges the batch that landed or writes once the one that did not."""
+    either acknowledges the batch that landed or writes once the one that did not. With
+    the head moved by another writer just before, the function chained the batch again
+    on that head (an unkeyed ledger): it is found there, by its rows, not written again,
+    and the other writer's event is handed to the follower."""
     async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
         await ledger.append(_event(0))
+        heard: list[tuple[int, str]] = []
+        follower = ledger.follow(lambda e: heard.append((e.seq, e.call_id)), 1)
+        if moved:
+            async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+                await other.append(_event(9, run_id="other"))
         writer = ledger._writer
         assert writer is not None and writer._conn is not None
         flaky = _FlakyCommit(writer._conn, writer._append, lands=lands)
         writer._conn = flaky
-        stored = await ledger.append_many([_event(1), _event(2)])
+        token = appending.set(follower)  # the batch is the follower's own
+        try:
+            stored = await ledger.append_many([_event(1), _event(2)])
+        finally:
+            appending.reset(token)
         assert flaky.tripped
-        assert [e.seq for e in stored] == [2, 3]
+        first = 3 if moved else 2
+        assert [e.seq for e in stored] == [first, first + 1]
         events = [(e.seq, e.call_id, e.hash) async for e in ledger.read()]
-        assert events == [(1, "c0", events[0][2]), *((e.seq, e.call_id, e.hash) for e in stored)]
-        assert await ledger.verify() == Verification(ok=True, checked=3)
+        theirs = [events[1]] if moved else []
+        assert events == [
+            (1, "c0", events[0][2]),
+            *theirs,
+            *((e.seq, e.call_id, e.hash) for e in stored),
+        ]
+        assert [(e.seq, e.prev) for e in stored] == [
+            (first, events[first - 2][2]),
+            (first + 1, stored[0].hash),
+        ]
+        assert await ledger.verify() == Verification(ok=True, checked=first + 1)
+        await asyncio.sleep(0)  # the follower is handed what it heard on the loop
+        assert heard == ([(2, "c9")] if moved else [])
+        follower.close()
 
 
 async def test_appends_survive_their_backend_being_terminated(

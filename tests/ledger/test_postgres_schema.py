@@ -13,11 +13,12 @@ import json
 from typing import Any
 
 import asyncpg
+import pytest
 
 from agent_adapter.ledger import CallRequested, CallSucceeded, PostgresLedger, Verification
 from agent_adapter.ledger._chain import make_record
 from agent_adapter.ledger._head import head_mac
-from agent_adapter.ledger._postgres_schema import append_function_sql
+from agent_adapter.ledger._postgres_schema import SCHEMA_VERSION, append_function_sql
 
 
 def _v1_schema(schema: str) -> list[str]:
@@ -197,7 +198,7 @@ async def test_a_version_1_ledger_is_migrated_by_its_first_writer(
 ) -> None:
     """A ledger schema version 1 wrote: reading opens it as it is (no index built, no
     version changed); the first writer adds the function and the (call_id, run_id) index,
-    drops the call_id index it replaces, sets version 3, and appends on the same chain."""
+    drops the call_id index it replaces, sets this version, and appends on the same chain."""
     events = _calls(3, 4)
     await _write_v1(postgres_dsn, pg_schema, events)
     async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as reader:
@@ -228,7 +229,7 @@ async def test_a_version_1_ledger_is_migrated_by_its_first_writer(
         )
     finally:
         await conn.close()
-    assert (version, valid) == ("3", True)
+    assert (version, valid) == (str(SCHEMA_VERSION), True)
 
 
 async def test_two_writers_opening_a_version_1_ledger_at_once_migrate_it_once(
@@ -313,11 +314,16 @@ class _Counting:
         return attr
 
 
-async def test_a_commit_is_one_round_trip(postgres_dsn: str, pg_schema: str) -> None:
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unkeyed", "keyed"])
+async def test_a_commit_is_one_round_trip(
+    postgres_dsn: str, pg_schema: str, key: bytes | None
+) -> None:
     """Once the writer knows the head, each commit is one call to the server (the
-    function, its own transaction), claims included; another writer's commit costs the
-    next one a second call (the function answers the head it found)."""
-    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+    function, its own transaction), claims included. After another writer's commit:
+    unkeyed, still one (the function chains the rows again on the head it found, and
+    answers the rows the writer had not heard); keyed, a second call (the function
+    answers the head it found, and the writer chains again: the key stays here)."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, key=key) as ledger:
         await ledger.append(CallRequested(ts=1.0, run_id="r", call_id="c0", tool="t", args={}))
         writer = ledger._writer
         assert writer is not None
@@ -328,14 +334,18 @@ async def test_a_commit_is_one_round_trip(postgres_dsn: str, pg_schema: str) -> 
                 CallRequested(ts=1.0, run_id="r", call_id=f"c{i}", tool="t", args={})
             )
         assert counting.calls == ["fetch"] * 5
-        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
-            await other.append(CallRequested(ts=1.0, run_id="o", call_id="o", tool="t", args={}))
+        async with PostgresLedger(postgres_dsn, schema=pg_schema, key=key) as other:
+            theirs = await other.append(
+                CallRequested(ts=1.0, run_id="o", call_id="o", tool="t", args={})
+            )
         counting.calls.clear()
         last = await ledger.append(
             CallRequested(ts=1.0, run_id="r", call_id="c6", tool="t", args={})
         )
-        assert counting.calls == ["fetch", "fetch"]
-        assert last.seq == 8
+        assert counting.calls == ["fetch"] * (1 if key is None else 2)
+        assert (last.seq, last.prev) == (8, theirs.hash)
+        stored = [(e.seq, e.prev, e.hash) async for e in ledger.read(after=6)]
+        assert stored == [(7, theirs.prev, theirs.hash), (8, last.prev, last.hash)]
         assert await ledger.verify() == Verification(ok=True, checked=8)
 
 
@@ -390,7 +400,7 @@ async def test_an_append_reads_no_more_of_the_table_than_its_end(
         # the rows past 601 come back, nothing is written.
         answer = await explaining.fetch(
             f'SELECT o_kind, o_seq FROM "{pg_schema}".append_events('
-            "0, '', '', 601, true, '1000', NULL, '{}', '{}', '{}', '{}', '', '', 'x')"
+            "0, '', '', 601, true, '1000', NULL, '{}', '{}', '{}', '{}', '', '', 'x', true)"
         )
         assert [tuple(row) for row in answer] == [
             ("stale", 605),
@@ -406,46 +416,65 @@ async def test_an_append_reads_no_more_of_the_table_than_its_end(
     assert scans == []
 
 
-async def _schema_state(dsn: str, schema: str) -> tuple[str, str]:
-    """(the meta's schema_version, the source of the schema's append function)."""
+async def _schema_state(dsn: str, schema: str) -> tuple[str, list[str]]:
+    """(the meta's schema_version, the sources of the schema's append functions, by their
+    number of arguments)."""
     conn = await asyncpg.connect(dsn)
     try:
         version = await conn.fetchval(
             f"SELECT value FROM \"{schema}\".meta WHERE name = 'schema_version'"
         )
-        source = await conn.fetchval(
+        sources = await conn.fetch(
             "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-            " WHERE n.nspname = $1 AND p.proname = 'append_events'",
+            " WHERE n.nspname = $1 AND p.proname = 'append_events' ORDER BY p.pronargs",
             schema,
         )
-        return str(version), str(source)
+        return str(version), [str(row[0]) for row in sources]
     finally:
         await conn.close()
+
+
+async def _as_version(dsn: str, schema: str, version: int, function_sql: str) -> None:
+    """Make the ledger in ``schema`` what ``version`` left: its one append function, and
+    its version in the meta."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for (args,) in await conn.fetch(
+            "SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = $1 AND p.proname = 'append_events'",
+            schema,
+        ):
+            await conn.execute(f'DROP FUNCTION "{schema}".append_events({args})')
+        await conn.execute(function_sql)
+        await conn.execute(
+            f"UPDATE \"{schema}\".meta SET value = $1 WHERE name = 'schema_version'",
+            str(version),
+        )
+    finally:
+        await conn.close()
+
+
+def _source(function_sql: str) -> str:
+    return function_sql.split("$fn$")[1]
 
 
 async def test_a_version_2_ledger_gets_the_new_function_from_its_first_writer(
     postgres_dsn: str, pg_schema: str
 ) -> None:
     """A ledger version 2 left: reading opens it as it is (its function and version
-    kept); the first writer replaces the function in place (the same signature: a
-    version 2 writer still running calls the new one), sets version 3, and appends on
-    the same chain."""
+    kept); the first writer replaces that function in place by version 3's (the same
+    signature: a version 2 writer still running calls it), adds this version's beside
+    it, sets this version, and appends on the same chain."""
     events = _calls(3, 4)
     async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
         await ledger.append_many(events)
-    conn = await asyncpg.connect(postgres_dsn)
-    try:
-        await conn.execute(_v2_function(pg_schema))
-        await conn.execute(
-            f"UPDATE \"{pg_schema}\".meta SET value = '2' WHERE name = 'schema_version'"
-        )
-    finally:
-        await conn.close()
-    old = _v2_function(pg_schema).split("$fn$")[1]
+    await _as_version(postgres_dsn, pg_schema, 2, _v2_function(pg_schema))
+    old = _source(_v2_function(pg_schema))
     async with PostgresLedger(postgres_dsn, schema=pg_schema, readonly=True) as reader:
         got = [(e.seq, e.type) async for e in reader.read(run_id="run-1", call_id="c2")]
         assert got == [(13, "call.requested"), (14, "call.succeeded")]
-    assert await _schema_state(postgres_dsn, pg_schema) == ("2", old)
+    assert await _schema_state(postgres_dsn, pg_schema) == ("2", [old])
 
     async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
         added = await ledger.append(
@@ -454,9 +483,56 @@ async def test_a_version_2_ledger_gets_the_new_function_from_its_first_writer(
         verification = await ledger.verify()
     assert added.seq == len(events) + 1
     assert verification == Verification(ok=True, checked=len(events) + 1)
-    new = append_function_sql(pg_schema).split("$fn$")[1]
-    assert new != old
-    assert await _schema_state(postgres_dsn, pg_schema) == ("3", new)
+    v3 = _source(append_function_sql(pg_schema, rechain=False))
+    assert old != v3
+    assert await _schema_state(postgres_dsn, pg_schema) == (
+        str(SCHEMA_VERSION),
+        [v3, _source(append_function_sql(pg_schema))],
+    )
+
+
+async def test_a_version_3_ledger_keeps_its_function_for_the_writers_still_running(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A ledger version 3 left, one of its writers still running: the first writer of
+    this version adds its own function (one more argument) beside version 3's and sets
+    this version; the old writer goes on calling its own, on the same head: after
+    another writer's commit it is answered STALE with that head, and its append on it
+    lands between the new writer's."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append_many(_calls(1, 2))
+    v3_sql = append_function_sql(pg_schema, rechain=False)
+    await _as_version(postgres_dsn, pg_schema, 3, v3_sql)
+    old = await asyncpg.connect(postgres_dsn)
+    try:
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+            mine = await ledger.append(
+                CallRequested(ts=2.0, run_id="new", call_id="n1", tool="t", args={})
+            )
+            assert await _schema_state(postgres_dsn, pg_schema) == (
+                str(SCHEMA_VERSION),
+                [_source(v3_sql), _source(append_function_sql(pg_schema))],
+            )
+            # The old writer, as version 3 called its function (14 arguments).
+            call = (
+                f'SELECT o_kind, o_seq, o_text, o_hash FROM "{pg_schema}".append_events('
+                "$1, $2, $3, NULL, true, '1000', $4, '{}', '{}', '{}', '{}', $5, $6, 'x')"
+            )
+            answer = await old.fetch(call, 0, "", "", [], "", "")
+            assert [(r[0], r[1], r[3]) for r in answer] == [("stale", mine.seq, mine.hash)]
+            event = CallRequested(ts=3.0, run_id="old", call_id="o1", tool="t", args={})
+            r = make_record(event, mine.seq + 1, mine.hash)
+            row = (r.seq, r.type, r.run_id, r.call_id, r.tool, r.ts, r.payload, r.prev, r.hash)
+            mac = head_mac(r.seq, r.hash, None)
+            answer = await old.fetch(call, mine.seq, mine.hash, answer[0][2], [row], r.hash, mac)
+            assert [(r[0], r[1]) for r in answer] == [("ok", mine.seq + 1)]
+            after = await ledger.append(
+                CallRequested(ts=4.0, run_id="new", call_id="n2", tool="t", args={})
+            )
+            assert (after.seq, after.prev) == (mine.seq + 2, r.hash)
+            assert await ledger.verify() == Verification(ok=True, checked=after.seq)
+    finally:
+        await old.close()
 
 
 async def test_appends_of_one_loop_turn_share_one_commit_and_wake_without_a_hop(
