@@ -19,7 +19,6 @@ from _helpers import timeline
 
 from agent_adapter import DeferredApproval, Executor, Registry
 from agent_adapter.errors import (
-    AmbiguousEffect,
     ApprovalPending,
     DuplicateEffect,
     EffectInFlight,
