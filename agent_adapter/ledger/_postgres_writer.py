@@ -500,7 +500,11 @@ class PgWriter:
         start_seq, start_prev = int(first[0]) - 1, str(first[1])
         _rechain(lost.moved, start_seq, start_prev, int(last[0]), str(last[2]), None, self._where)
         foreign, _, written = lost.done
-        foreign = foreign + _decoded_rows([tuple(r) for r in past[:start]], self._where)
+        # (Rows already read in the transaction, past the head we chained on, are in
+        # ``foreign``: only those after them are news.)
+        heard = foreign[-1].seq if foreign else 0
+        news = [tuple(r) for r in past[:start] if int(r[0]) > heard]
+        foreign = foreign + _decoded_rows(news, self._where)
         return foreign, int(last[0]), written
 
     async def _transaction(
