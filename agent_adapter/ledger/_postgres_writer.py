@@ -163,9 +163,11 @@ def _rechain(
         or (last_mac is not None and last_mac != head_mac(at, link, None))
     ):
         raise LedgerError(
-            f"ledger {where}: this append was written through seq {last_seq} "
+            f"ledger {where}: this append was committed through seq {last_seq} "
             f"({last_hash[:12]}), but its rows chain to seq {at} ({link[:12]}) here: "
-            "the database's append function is not this version's (see ledger verify)"
+            "the database's append function is not this version's. The events are "
+            "stored as the database chained them: do not append them again (see "
+            "ledger verify)"
         )
 
 
@@ -255,6 +257,7 @@ class PgWriter:
             f" {s}.append_events({', '.join(f'${i}' for i in range(1, 16))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
+        self._read_head = f"SELECT seq, hash FROM {s}.head WHERE id = 1"
         # (A pool's connection has the service's settings: the wait is set here.)
         self._lock_wait = f"SET LOCAL lock_timeout = {int(self._wait_s * 1000)}"
         self._last_row = (
@@ -679,8 +682,12 @@ class PgWriter:
                     # check and its insert: nothing was written; go again.
                     raise _Stale() from exc
                 if getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION:
+                    # Rows past the head: say where the head is now (a rechaining call
+                    # held another one than ``expected``).
                     self._known = None
-                    await self._refuse(conn, expected[0], expected[1], mac_fits=True)
+                    head = await conn.fetchrow(self._read_head)
+                    at = (int(head[0]), str(head[1])) if head is not None else expected[:2]
+                    await self._refuse(conn, at[0], at[1], mac_fits=True)
             raise
 
     async def _refuse(

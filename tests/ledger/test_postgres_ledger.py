@@ -18,6 +18,7 @@ from _helpers import timeline
 from agent_adapter.errors import LedgerError
 from agent_adapter.ledger import CallRequested, PostgresLedger, Verification
 from agent_adapter.ledger._follow import appending
+from agent_adapter.ledger._postgres_schema import RECHAINED
 from agent_adapter.testing.postgres import Cluster, binaries
 
 
@@ -104,6 +105,61 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
         await asyncio.sleep(0)  # the follower is handed what it heard on the loop
         assert heard == [(1, "c0")][after:] + ([(2, "c9")] if moved else [])
         follower.close()
+
+
+class _ForeignChain:
+    """The writer's connection, with the append function's RECHAINED answer ending on
+    another hash than this version chains to (an append function of another version)."""
+
+    def __init__(self, conn: Any, append_sql: str) -> None:
+        self._conn = conn
+        self._append_sql = append_sql
+        self.altered = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        answer = await self._conn.fetch(sql, *args)
+        if sql != self._append_sql or not answer or answer[0][0] != RECHAINED:
+            return answer
+        self.altered = True
+        rows = [tuple(r) for r in answer]
+        kind, seq, mac, hash_, payload = rows[-1]
+        rows[-1] = (kind, seq, mac, "0" * len(hash_), payload)
+        return rows
+
+
+async def test_rows_the_database_chained_otherwise_are_refused_and_stored_once(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """The append function chained our rows on a moved head, and its answer does not end
+    where this version's chaining does: the append fails with an error that says the rows
+    are stored (never to write them again); they are read back once, and the ledger goes
+    on."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+            await other.append(_event(9, run_id="other"))
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        real = writer._conn
+        foreign = _ForeignChain(real, writer._append)
+        writer._conn = foreign
+        with pytest.raises(LedgerError, match="stored as the database chained them: do not"):
+            await ledger.append_many([_event(1), _event(2)])
+        assert foreign.altered
+        writer._conn = real
+        assert [(e.seq, e.call_id) async for e in ledger.read()] == [
+            (1, "c0"),
+            (2, "c9"),
+            (3, "c1"),
+            (4, "c2"),
+        ]
+        assert await ledger.verify() == Verification(ok=True, checked=4)
+        (next_,) = await ledger.append_many([_event(3)])
+        assert next_.seq == 5
+        assert await ledger.verify() == Verification(ok=True, checked=5)
 
 
 async def test_appends_survive_their_backend_being_terminated(
@@ -245,6 +301,47 @@ async def test_rows_written_past_the_head_are_not_ok(postgres_dsn: str, pg_schem
         with pytest.raises(LedgerError, match="ends at seq 4 but its head says 3"):
             await ledger.append(_event(7))
         assert [e.seq async for e in ledger.read()] == [1, 2, 3, 4]
+
+
+async def test_a_row_raced_in_after_a_moved_head_is_not_called_tampering(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A row written around the head lock lands between the append function's check of
+    the table's end and its insert (a trigger writes it first; the insert then collides),
+    after another writer moved the head: the append fails as a race, nothing of it
+    written, not as a ledger that ends past the head this writer last knew (it does
+    not); the next append lands."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+            await other.append(_event(1, run_id="other"))
+        s = f'"{pg_schema}"'
+        admin = await _admin(postgres_dsn)
+        try:
+            await admin.execute(
+                f"""CREATE FUNCTION {s}.race_in() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF pg_trigger_depth() = 1 THEN
+                        INSERT INTO {s}.events VALUES (NEW.*);
+                    END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER race_in BEFORE INSERT ON {s}.events
+                    FOR EACH ROW EXECUTE FUNCTION {s}.race_in();"""
+            )
+        finally:
+            await admin.close()
+        with pytest.raises(LedgerError, match="the table changed under the head lock"):
+            await ledger.append(_event(7))
+        assert [(e.seq, e.call_id) async for e in ledger.read()] == [(1, "c0"), (2, "c1")]
+        admin = await _admin(postgres_dsn)
+        try:  # the racing writer goes
+            await admin.execute(f"DROP TRIGGER race_in ON {s}.events")
+        finally:
+            await admin.close()
+        (stored,) = await ledger.append_many([_event(8)])
+        assert stored.seq == 3
+        assert await ledger.verify() == Verification(ok=True, checked=3)
 
 
 class MemoryLedgerCopy:
