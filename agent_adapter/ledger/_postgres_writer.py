@@ -34,15 +34,21 @@ outside a transaction block, so that the call is its commit: one round trip.
    the append (appending would cover the evidence), with the reason read off the table.
 
 Lost commits. A connection that fails while the call (or a block's COMMIT) is under way
-leaves the outcome unknown. The writer reconnects and takes the head lock (so the old
-transaction, which held it, has ended one way or the other), then looks for its last row
+leaves the outcome unknown. The writer reconnects, ends the call's server session and
+waits until it is gone (so that a call still on its way, or not yet at the head lock,
+cannot run later and chain the rows again on a head they were written on meanwhile),
+and takes the head lock (so the old transaction has ended one way or the other).
+Behind a pooler (PgBouncer, in either mode) the server session is not known and is not
+ended: the head lock alone waits only for a call that had reached it (a call delayed
+longer could still land after the read back: stored twice, though chained correctly).
+Then the writer looks for its last row
 by seq and hash; where the function may have chained the rows again on a moved head
 (unkeyed), for its rows by their payloads past the head it chained them on: found, the
 batch committed (and its events get the seq and hash they are stored with); not found,
-it did not, and only then is it written again. Nothing is appended twice. A database
-that stays away past ``timeout_s`` fails the batches with ``LedgerError``: they are not
-reported done (they may have landed; the next writer that reads the ledger sees them,
-and they are never stored twice).
+it did not, and only then is it written again. A database that stays away past
+``timeout_s`` fails the batches with ``LedgerError``: they are not reported done and
+this writer does not write them again (they may have landed; ``ledger verify`` and the
+next read show whether they did).
 """
 
 from __future__ import annotations
@@ -176,14 +182,22 @@ class _LostCommit(Exception):
 
     ``seq``/``hash``: where our last row is, chained as sent; ``moved``: our rows as sent
     (``_Chunks``) when the function may have chained them again on a head another writer
-    had moved (``_rechain``), so that they may have landed past ``seq``; else None."""
+    had moved (``_rechain``), so that they may have landed past ``seq``; else None.
+    ``backend``: the server session the call went to (pid, start), None where a pooler
+    stands between (its pid is not the server's)."""
 
     def __init__(
-        self, seq: int, hash_: str, done: _Done, cause: BaseException, moved: _Chunks | None
+        self,
+        seq: int,
+        hash_: str,
+        done: _Done,
+        cause: BaseException,
+        moved: _Chunks | None,
+        backend: tuple[int, Any] | None,
     ) -> None:
         super().__init__(str(cause))
         self.seq, self.hash, self.done, self.cause = seq, hash_, done, cause
-        self.moved = moved
+        self.moved, self.backend = moved, backend
 
 
 class _Stale(Exception):
@@ -246,6 +260,9 @@ class PgWriter:
         self.hint = 0
         #: (seq, hash, mac) of the head as this writer's last transaction left it
         self._known: tuple[int, str, str] | None = None
+        #: the write connection's server session: (the pid the connection was told, the
+        #: server's pid, start), the server's None behind a pooler (``_session``)
+        self._backend: tuple[int, int | None, Any] | None = None
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
@@ -264,6 +281,14 @@ class PgWriter:
             f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
         )
         self._hash_at = f"SELECT hash FROM {s}.events WHERE seq = $1"
+        self._own_session = (
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        # A lost call's session, ended (a no-op once it has): no row once it is gone.
+        self._end_session = (
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid = $1 AND backend_start = $2"
+        )
         self._between = (
             f"SELECT seq, prev, hash, payload FROM {s}.events"
             " WHERE seq > $1 AND seq <= $2 ORDER BY seq"
@@ -344,6 +369,14 @@ class PgWriter:
         """The write connection, reconnected (waiting up to ``deadline``) when lost."""
         conn = self._conn
         if conn is not None and not conn.is_closed():
+            said = conn.get_server_pid()  # the server's, or a pooler's own number
+            if self._backend is None or self._backend[0] != said:
+                # Once a connection: the session a lost call of it is ended by.
+                row = await conn.fetchrow(self._own_session)
+                pid = int(row[0]) if row is not None else None
+                if pid != said:
+                    pid = None  # a pooler's connection: its server session is not known
+                self._backend = (said, pid, row[1] if row is not None else None)
             return conn
         self._conn = None
         pause = 0.05
@@ -358,7 +391,14 @@ class PgWriter:
                 pause = min(pause * 2, 1.0)
                 continue
             self._conn = conn
-            return conn
+            return await self._connection(deadline)
+
+    def _session(self, conn: asyncpg.Connection) -> tuple[int, Any] | None:
+        """The server session ``conn``'s calls go to (pid, start); None if not known."""
+        backend = self._backend
+        if backend is None or backend[0] != conn.get_server_pid() or backend[1] is None:
+            return None
+        return backend[1], backend[2]
 
     def _drop(self) -> None:
         self._known = None
@@ -401,14 +441,21 @@ class PgWriter:
             except _LostCommit as lost:
                 try:
                     landed = await self._landed(lost, deadline)
+                except LedgerError as exc:
+                    self._fail(batches, exc)
+                    return None
                 except Exception as exc:
+                    count = sum(len(b.events) for b in batches if b.error is None)
+                    after = lost.seq - count
+                    later = " or, on a head another writer moved, later" if lost.moved else ""
                     self._fail(
                         batches,
                         LedgerError(
                             f"ledger {self._where}: appending: the connection was lost during "
                             f"COMMIT and the ledger could not be read back ({exc}); whether "
-                            f"seq {lost.seq} was written is unknown (see ledger verify; it "
-                            "is never stored twice)"
+                            f"the batch was written (after seq {after}{later}) is unknown: "
+                            "this writer does not write it again; do not append it again "
+                            "(see ledger verify)"
                         ),
                     )
                     return None
@@ -460,14 +507,17 @@ class PgWriter:
 
     async def _landed(self, lost: _LostCommit, deadline: float) -> _Done | None:
         """After a lost COMMIT: what it committed (``_transaction``'s answer), or None if
-        nothing. Waits for the head lock first, so that the old transaction has ended
-        (committed or rolled back). Rows the function may have chained on a moved head
-        (``lost.moved``) are looked for past where we chained them, by their payloads."""
+        nothing. The call's server session is ended first (``_end``), then the head lock
+        taken, so that the old call has ended (committed or rolled back) and can no
+        longer run. Rows the function may have chained on a moved head (``lost.moved``)
+        are looked for past where we chained them, by their payloads."""
         self._drop()
         pause = 0.05
         while True:
             try:
                 conn = await self._connection(deadline)
+                if lost.backend is not None:
+                    await self._end(conn, lost.backend, deadline)
                 async with conn.transaction():
                     await conn.execute(self._lock_wait)
                     head = await conn.fetchrow(self._lock_head)
@@ -480,12 +530,35 @@ class PgWriter:
                     after = lost.seq - count  # the head we chained on
                     past = await conn.fetch(self._between, after, int(head[0]))
                 return self._moved_to(lost, past, count)
+            except LedgerError:
+                raise
             except Exception as exc:
                 if server_refused(exc) or time.monotonic() >= deadline:
                     raise
                 self._drop()
                 await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 1.0)
+
+    async def _end(
+        self, conn: asyncpg.Connection, backend: tuple[int, Any], deadline: float
+    ) -> None:
+        """End the server session of a lost call and wait until it is gone: a call whose
+        bytes reached the server late, or that had not yet asked for the head lock, would
+        otherwise run after we read the head (and, unkeyed, chain its rows again on it:
+        stored twice). A session that has ended already is a no-op."""
+        pause = 0.005
+        while await conn.fetch(self._end_session, *backend):
+            # Signalled; it ends at its next check for interrupts (waiting for a lock
+            # included). The server's process state: polled, there is no event to wait on.
+            if time.monotonic() >= deadline:
+                raise LedgerError(
+                    f"ledger {self._where}: appending: the connection was lost during "
+                    f"COMMIT and its server session (pid {backend[0]}) did not end within "
+                    f"{self._wait_s:g} s; whether the batch was written is unknown: do not "
+                    "append it again (see ledger verify)"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _moved_to(self, lost: _LostCommit, past: list[Any], count: int) -> _Done | None:
         """Our rows (``lost.moved``) among ``past`` (seq, prev, hash, payload: the committed
@@ -541,6 +614,9 @@ class PgWriter:
                 since = foreign[-1].seq
         tries = 0
         in_block = False  # an explicit transaction holds the head between calls
+        # The server session to end if a call's answer is lost (read now: a lost
+        # connection may no longer say).
+        session = self._session(conn)
         while True:
             head_seq, head_hash = expected[0], expected[1]
             here: dict[str, tuple[int, Follow | None]] | None = (
@@ -588,7 +664,9 @@ class PgWriter:
                     # Sent, and no answer: the call may have committed (on another head,
                     # if the function could chain the rows again: see ``_landed``).
                     moved = chunks if self._rechains else None
-                    raise _LostCommit(seq, prev, (foreign, seq, written), exc, moved) from exc
+                    raise _LostCommit(
+                        seq, prev, (foreign, seq, written), exc, moved, session
+                    ) from exc
                 raise
             kind = answer[0][0]
             if kind == RECHAINED:
@@ -606,7 +684,9 @@ class PgWriter:
                     except Exception as exc:
                         if server_refused(exc):
                             raise
-                        raise _LostCommit(seq, prev, (foreign, seq, written), exc, None) from exc
+                        raise _LostCommit(
+                            seq, prev, (foreign, seq, written), exc, None, session
+                        ) from exc
                 self._known = (seq, prev, mac)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.
                 self.hint = max(self.hint, seq)

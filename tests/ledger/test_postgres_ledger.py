@@ -107,6 +107,61 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
         follower.close()
 
 
+class _HeldCall:
+    """The writer's connection, with an append's call held back and its answer lost: the
+    bytes still on their way to the server (a slow network, a busy backend), the
+    connection dropped on the client's side only, its server session alive."""
+
+    def __init__(self, conn: Any, append_sql: str) -> None:
+        self._conn = conn
+        self._append_sql = append_sql
+        self.held: tuple[str, tuple[Any, ...]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def terminate(self) -> None:
+        """Dropped by the writer: the session stays (the bytes are in flight)."""
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        if sql == self._append_sql and self.held is None and args[6]:  # rows to write
+            self.held = (sql, args)
+            raise ConnectionResetError("connection lost during COMMIT")
+        return await self._conn.fetch(sql, *args)
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["same-head", "moved-head"])
+async def test_a_lost_call_arriving_late_cannot_store_the_batch_twice(
+    postgres_dsn: str, pg_schema: str, moved: bool
+) -> None:
+    """A lost call whose bytes reach the server after the writer has read the head back
+    and written the batch again: the writer ended the call's server session first, so
+    the late call finds no session to run in. Left alive, it would have chained the
+    rows again on the head it found (an unkeyed ledger): stored twice."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        if moved:
+            async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+                await other.append(_event(9, run_id="other"))
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        real = writer._conn
+        held = _HeldCall(real, writer._append)
+        writer._conn = held
+        stored = await ledger.append_many([_event(1), _event(2)])
+        assert held.held is not None
+        first = 3 if moved else 2
+        assert [e.seq for e in stored] == [first, first + 1]
+        # The held call arrives now: its session was ended, so it does not run.
+        sql, args = held.held
+        with pytest.raises((asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError)):
+            await real.fetch(sql, *args)
+        assert [e.call_id async for e in ledger.read()] == (
+            ["c0", "c9", "c1", "c2"] if moved else ["c0", "c1", "c2"]
+        )
+        assert await ledger.verify() == Verification(ok=True, checked=first + 1)
+
+
 class _ForeignChain:
     """The writer's connection, with the append function's RECHAINED answer ending on
     another hash than this version chains to (an append function of another version)."""

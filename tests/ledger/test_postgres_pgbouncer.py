@@ -120,6 +120,14 @@ async def _fleet(make: Callable[[], Awaitable[PostgresLedger]]) -> list[Postgres
     return ledgers
 
 
+def _ends_no_session(ledger: PostgresLedger) -> bool:
+    """Behind the bouncer the writer knows no server session of its own (the pid it is
+    told is PgBouncer's): a lost call's would be the wrong one to end."""
+    writer = ledger._writer
+    assert writer is not None and writer._conn is not None and writer._backend is not None
+    return writer._backend[1] is None and writer._session(writer._conn) is None
+
+
 async def _woken(idle: PostgresLedger, other: PostgresLedger, run: str) -> bool:
     """Does a NOTIFY of ``other``'s commit reach ``idle``'s follower (within 3 s)?"""
     heard: list[str] = []
@@ -140,6 +148,7 @@ async def test_session_pooling_works_as_a_direct_connection(
     follower is woken by another object's commit (LISTEN/NOTIFY)."""
     ledgers = await _fleet(lambda: _own(session_bouncer, pg_schema))
     try:
+        assert all(_ends_no_session(ledger) for ledger in ledgers)
         assert await _woken(ledgers[0], ledgers[1], "late")
     finally:
         for ledger in ledgers:
@@ -169,6 +178,7 @@ async def test_transaction_pooling_works_through_a_pool_without_prepared_stateme
     try:
         ledgers = await _fleet(pooled)
         try:
+            assert all(_ends_no_session(ledger) for ledger in ledgers)
             heard: list[str] = []
             ledgers[0].follow(lambda e: heard.append(e.call_id), 240)
             assert not await _woken(ledgers[2], ledgers[1], "late")
