@@ -274,11 +274,13 @@ class PgWriter:
             f" {s}.append_events({', '.join(f'${i}' for i in range(1, 16))})"
         )
         self._lock_head = f"SELECT seq, hash, mac FROM {s}.head WHERE id = 1 FOR UPDATE"
-        self._read_head = f"SELECT seq, hash FROM {s}.head WHERE id = 1"
         # (A pool's connection has the service's settings: the wait is set here.)
         self._lock_wait = f"SET LOCAL lock_timeout = {int(self._wait_s * 1000)}"
-        self._last_row = (
-            f"SELECT seq, prev, hash, payload FROM {s}.events ORDER BY seq DESC LIMIT 1"
+        # The head and the last row in one statement (one snapshot: no commit between).
+        self._head_and_last = (
+            f"SELECT h.seq, h.hash, h.mac, l.seq, l.prev, l.hash, l.payload FROM {s}.head h"
+            f" LEFT JOIN LATERAL (SELECT seq, prev, hash, payload FROM {s}.events"
+            " ORDER BY seq DESC LIMIT 1) l ON true WHERE h.id = 1"
         )
         self._hash_at = f"SELECT hash FROM {s}.events WHERE seq = $1"
         self._own_session = (
@@ -563,15 +565,28 @@ class PgWriter:
     def _moved_to(self, lost: _LostCommit, past: list[Any], count: int) -> _Done | None:
         """Our rows (``lost.moved``) among ``past`` (seq, prev, hash, payload: the committed
         rows past the head we chained on): found, ours chained as they are stored and the
-        rows before them the others' (handed to the followers); None if not there."""
+        rows before them the others' (handed to the followers); None if not there. Found
+        twice (another writer stored the same bytes), which is ours is not known: a
+        ``LedgerError``, neither acknowledged nor written again."""
         assert lost.moved is not None
         ours = [row[6] for _, rows in lost.moved for row in rows]
         payloads = [bytes(row[3]) for row in past]
-        for start in range(len(past) - count + 1):
-            if payloads[start : start + count] == ours:
-                break
-        else:
+        found = [
+            start
+            for start in range(len(past) - count + 1)
+            if payloads[start : start + count] == ours
+        ]
+        if not found:
             return None
+        if len(found) > 1:
+            raise LedgerError(
+                f"ledger {self._where}: appending: the connection was lost during COMMIT "
+                f"and the batch's events are stored {len(found)} times past seq "
+                f"{int(past[0][0]) - 1} (at seq {', '.join(str(past[i][0]) for i in found)}), "
+                "by this writer and another or by others only: whether this batch was "
+                "written is unknown; do not append it again (see ledger verify)"
+            )
+        start = found[0]
         first, last = past[start], past[start + count - 1]
         start_seq, start_prev = int(first[0]) - 1, str(first[1])
         _rechain(lost.moved, start_seq, start_prev, int(last[0]), str(last[2]), None, self._where)
@@ -699,7 +714,7 @@ class PgWriter:
                 ):
                     # A wrong key (or an altered head): appending would chain under a
                     # key the ledger was not written with.
-                    await self._refuse(conn, expected[0], expected[1], mac_fits=False)
+                    await self._refuse(conn)
                 if since is not None:
                     foreign.extend(_decoded_rows([r[1:] for r in answer[1:]], where))
                     if foreign:
@@ -720,7 +735,7 @@ class PgWriter:
                 )
             # UNEVEN, about the head the function holds (rechaining, not the one we knew).
             self._known = None
-            await self._refuse(conn, int(answer[0][1]), str(answer[0][3]), mac_fits=True)
+            await self._refuse(conn)
 
     async def _call(
         self,
@@ -762,24 +777,27 @@ class PgWriter:
                     # check and its insert: nothing was written; go again.
                     raise _Stale() from exc
                 if getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION:
-                    # Rows past the head: say where the head is now (a rechaining call
-                    # held another one than ``expected``).
+                    # Rows past the head (or a row that raced in): say which.
                     self._known = None
-                    head = await conn.fetchrow(self._read_head)
-                    at = (int(head[0]), str(head[1])) if head is not None else expected[:2]
-                    await self._refuse(conn, at[0], at[1], mac_fits=True)
+                    await self._refuse(conn)
             raise
 
-    async def _refuse(
-        self, conn: asyncpg.Connection, head_seq: int, head_hash: str, *, mac_fits: bool
-    ) -> None:
+    async def _refuse(self, conn: asyncpg.Connection) -> None:
         """Raise the LedgerError that says why this ledger may not be appended to (off the
-        fast path: the head's MAC does not fit the key, or the table does not end at it)."""
+        fast path: the head's MAC does not fit the key, or the table does not end at it),
+        read off the head and the last row as one snapshot shows them (no commit between
+        them mistaken for tampering)."""
         where, key = self._where, self._key
-        last = await conn.fetchrow(self._last_row)
+        row = await conn.fetchrow(self._head_and_last)
+        if row is None:
+            raise LedgerError(
+                f"ledger {where}: its head row is missing: the ledger was altered; appends "
+                "are refused so that the evidence stays (see ledger verify)"
+            )
+        head_seq, head_hash, mac = int(row[0]), str(row[1]), str(row[2])
         seq, prev = 0, ""
-        if last is not None:
-            seq, last_prev, prev, payload = int(last[0]), last[1], str(last[2]), bytes(last[3])
+        if row[3] is not None:
+            seq, last_prev, prev, payload = int(row[3]), row[4], str(row[5]), bytes(row[6])
             if key is not None and chain_hash(seq, last_prev, payload, key) != prev:
                 raise LedgerError(
                     f"ledger {where}: the key does not match the last record (seq {seq}); "
@@ -792,7 +810,9 @@ class PgWriter:
                 "events were deleted from the end, replaced, or written without the head; "
                 "appends are refused so that the evidence stays (see ledger verify)"
             )
-        if not mac_fits:
+        if not _HEX.fullmatch(head_hash) or not hmac.compare_digest(
+            mac, head_mac(head_seq, head_hash, key)
+        ):
             raise LedgerError(
                 f"ledger {where}: its head does not verify under "
                 + ("this key" if key is not None else "no key")

@@ -8,6 +8,7 @@ touches no other test.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,6 +106,32 @@ async def test_a_lost_commit_is_read_back_never_appended_twice(
         await asyncio.sleep(0)  # the follower is handed what it heard on the loop
         assert heard == [(1, "c0")][after:] + ([(2, "c9")] if moved else [])
         follower.close()
+
+
+async def test_a_lost_batch_another_writer_stored_too_is_neither_claimed_nor_rewritten(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A lost commit, chained again on a moved head, whose rows another writer had
+    stored byte for byte just before (after one of its own): found twice past the head,
+    which is ours is not known. The append fails saying so; nothing is written again or
+    taken as ours. (Stored where ours were chained, the same bytes would be the same
+    rows, hashes included: that is taken as ours.)"""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+            await other.append_many([_event(5), _event(1), _event(2)])
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        flaky = _FlakyCommit(writer._conn, writer._append, lands=True)
+        writer._conn = flaky
+        with pytest.raises(LedgerError, match=r"stored 2 times past seq 1 \(at seq 3, 5\)"):
+            await ledger.append_many([_event(1), _event(2)])
+        assert flaky.tripped
+        stored = [e.call_id async for e in ledger.read()]
+        assert stored == ["c0", "c5", "c1", "c2", "c1", "c2"]
+        assert await ledger.verify() == Verification(ok=True, checked=6)
+        await ledger.append(_event(3))  # the writer goes on from the head as it is
+        assert await ledger.verify() == Verification(ok=True, checked=7)
 
 
 class _HeldCall:
@@ -358,19 +385,58 @@ async def test_rows_written_past_the_head_are_not_ok(postgres_dsn: str, pg_schem
         assert [e.seq async for e in ledger.read()] == [1, 2, 3, 4]
 
 
+class _CommitBeforeLastRow:
+    """The writer's connection, with ``commit`` awaited just before the ledger's last row
+    is read (another writer's commit landing while the writer looks)."""
+
+    def __init__(self, conn: Any, commit: Callable[[], Awaitable[None]]) -> None:
+        self._conn = conn
+        self._commit: Callable[[], Awaitable[None]] | None = commit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any:
+        if self._commit is not None and "events ORDER BY seq DESC LIMIT 1" in sql:
+            commit, self._commit = self._commit, None
+            await commit()
+        return await self._conn.fetchrow(sql, *args)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["quiet", "commit-while-refusing"])
 async def test_a_row_raced_in_after_a_moved_head_is_not_called_tampering(
-    postgres_dsn: str, pg_schema: str
+    postgres_dsn: str, pg_schema: str, late: bool
 ) -> None:
     """A row written around the head lock lands between the append function's check of
     the table's end and its insert (a trigger writes it first; the insert then collides),
     after another writer moved the head: the append fails as a race, nothing of it
     written, not as a ledger that ends past the head this writer last knew (it does
-    not); the next append lands."""
-    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+    not); the next append lands. So too when another writer commits while the refusal
+    reads the ledger: the head and the last row are read as one snapshot."""
+    s = f'"{pg_schema}"'
+
+    async def drop_trigger() -> None:
+        admin = await _admin(postgres_dsn)
+        try:  # the racing writer goes
+            await admin.execute(f"DROP TRIGGER IF EXISTS race_in ON {s}.events")
+        finally:
+            await admin.close()
+
+    async with (
+        PostgresLedger(postgres_dsn, schema=pg_schema) as ledger,
+        PostgresLedger(postgres_dsn, schema=pg_schema) as other,
+    ):
         await ledger.append(_event(0))
-        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
-            await other.append(_event(1, run_id="other"))
-        s = f'"{pg_schema}"'
+        await other.append(_event(1, run_id="other"))
+
+        async def commit() -> None:
+            await drop_trigger()
+            await other.append(_event(2, run_id="other"))
+
+        if late:
+            writer = ledger._writer
+            assert writer is not None and writer._conn is not None
+            writer._conn = _CommitBeforeLastRow(writer._conn, commit)
         admin = await _admin(postgres_dsn)
         try:
             await admin.execute(
@@ -388,15 +454,16 @@ async def test_a_row_raced_in_after_a_moved_head_is_not_called_tampering(
             await admin.close()
         with pytest.raises(LedgerError, match="the table changed under the head lock"):
             await ledger.append(_event(7))
-        assert [(e.seq, e.call_id) async for e in ledger.read()] == [(1, "c0"), (2, "c1")]
-        admin = await _admin(postgres_dsn)
-        try:  # the racing writer goes
-            await admin.execute(f"DROP TRIGGER race_in ON {s}.events")
-        finally:
-            await admin.close()
+        theirs = [(3, "c2")] if late else []
+        assert [(e.seq, e.call_id) async for e in ledger.read()] == [
+            (1, "c0"),
+            (2, "c1"),
+            *theirs,
+        ]
+        await drop_trigger()
         (stored,) = await ledger.append_many([_event(8)])
-        assert stored.seq == 3
-        assert await ledger.verify() == Verification(ok=True, checked=3)
+        assert stored.seq == 3 + len(theirs)
+        assert await ledger.verify() == Verification(ok=True, checked=stored.seq)
 
 
 class MemoryLedgerCopy:
