@@ -177,6 +177,18 @@ def _rechain(
         )
 
 
+def _moved_taken(batches: list[Batch], head: int, delta: int) -> None:
+    """Batches refused for a claim an earlier batch of the same commit made (its seq past
+    ``head``, the head they were chained on), told the seq that claim is stored at once
+    the commit's rows were chained again ``delta`` further on."""
+    if not delta:
+        return
+    for batch in batches:
+        taken = batch.error
+        if isinstance(taken, EffectTaken) and taken.seq > head:
+            batch.error = EffectTaken(taken.key, taken.seq + delta)
+
+
 class _LostCommit(Exception):
     """COMMIT was sent and the connection failed before its answer: outcome unknown.
 
@@ -462,6 +474,9 @@ class PgWriter:
                     )
                     return None
                 if landed is not None:
+                    if lost.moved is not None:  # chained again, maybe further on
+                        sent = sum(len(rows) for _, rows in lost.moved)
+                        _moved_taken(batches, lost.seq - sent, landed[1] - lost.seq)
                     return landed
                 _log.warning(
                     "ledger %s: COMMIT was lost and did not land; writing it again", self._where
@@ -691,6 +706,7 @@ class PgWriter:
                     foreign.extend(_decoded_rows([r[1:] for r in foreign_rows], where))
                 _, seq, mac, prev, _ = answer[-1]
                 _rechain(chunks, int(answer[0][1]), str(answer[0][3]), seq, prev, mac, where)
+                _moved_taken(batches, head_seq, int(answer[0][1]) - head_seq)
                 kind = APPENDED
             if kind == APPENDED:
                 if in_block:

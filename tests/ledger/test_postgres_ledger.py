@@ -17,8 +17,8 @@ import pytest
 from _helpers import timeline
 
 from agent_adapter.errors import LedgerError
-from agent_adapter.ledger import CallRequested, PostgresLedger, Verification
-from agent_adapter.ledger._follow import appending
+from agent_adapter.ledger import CallRequested, EffectClaimed, PostgresLedger, Verification
+from agent_adapter.ledger._follow import EffectTaken, appending
 from agent_adapter.ledger._postgres_schema import RECHAINED
 from agent_adapter.testing.postgres import Cluster, binaries
 
@@ -132,6 +132,47 @@ async def test_a_lost_batch_another_writer_stored_too_is_neither_claimed_nor_rew
         assert await ledger.verify() == Verification(ok=True, checked=6)
         await ledger.append(_event(3))  # the writer goes on from the head as it is
         assert await ledger.verify() == Verification(ok=True, checked=7)
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["answered", "answer-lost"])
+async def test_a_claim_refused_by_its_own_commit_names_the_seq_it_is_stored_at(
+    postgres_dsn: str, pg_schema: str, lost: bool
+) -> None:
+    """Two followers claim one key in the same commit, chained on a head another writer
+    has moved since (the function chains the rows again one further on): the second is
+    refused naming the seq the first's claim is stored at, not the one it was chained
+    at first; so too when the commit's answer was lost and it is found by reading back."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        f1 = ledger.follow(lambda event: None, 1)
+        f2 = ledger.follow(lambda event: None, 1)
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
+            await other.append(_event(9, run_id="other"))
+        if lost:
+            writer = ledger._writer
+            assert writer is not None and writer._conn is not None
+            writer._conn = _FlakyCommit(writer._conn, writer._append, lands=True)
+
+        def claim(run_id: str) -> EffectClaimed:
+            return EffectClaimed(
+                ts=1.0, run_id=run_id, call_id="c", tool="refund", key="refund:o1", digest="d"
+            )
+
+        staged = []
+        for follower, run in ((f1, "r1"), (f2, "r2")):  # one commit: nothing awaited
+            token = appending.set(follower)
+            try:
+                staged.append(ledger._stage([claim(run)]))
+            finally:
+                appending.reset(token)
+        await staged[0]
+        with pytest.raises(EffectTaken) as taken:
+            await staged[1]
+        stored = [(e.seq, e.run_id) async for e in ledger.read()]
+        assert stored == [(1, "r"), (2, "other"), (3, "r1")]
+        assert (taken.value.key, taken.value.seq) == ("refund:o1", 3)
+        f1.close()
+        f2.close()
 
 
 class _HeldCall:
