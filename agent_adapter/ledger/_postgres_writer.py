@@ -142,6 +142,12 @@ class _Store(Protocol):
         ...
 
 
+class _Final(LedgerError):
+    """What reading a lost commit back found that ends it (its outcome unknown, or rows
+    stored otherwise than sent): the batches fail with it as it is, not retried (writing
+    again could store them twice) and not worded again."""
+
+
 def _rechain(
     chunks: _Chunks,
     seq: int,
@@ -168,7 +174,7 @@ def _rechain(
         or link != last_hash
         or (last_mac is not None and last_mac != head_mac(at, link, None))
     ):
-        raise LedgerError(
+        raise _Final(
             f"ledger {where}: this append was committed through seq {last_seq} "
             f"({last_hash[:12]}), but its rows chain to seq {at} ({link[:12]}) here: "
             "the database's append function is not this version's. The events are "
@@ -275,6 +281,7 @@ class PgWriter:
         #: the write connection's server session: (the pid the connection was told, the
         #: server's pid, start), the server's None behind a pooler (``_session``)
         self._backend: tuple[int, int | None, Any] | None = None
+        self._unseen = False  # warned that the role cannot see its own session
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"agent-adapter ledger writer {self._where}"
         )
@@ -385,12 +392,7 @@ class PgWriter:
         if conn is not None and not conn.is_closed():
             said = conn.get_server_pid()  # the server's, or a pooler's own number
             if self._backend is None or self._backend[0] != said:
-                # Once a connection: the session a lost call of it is ended by.
-                row = await conn.fetchrow(self._own_session)
-                pid = int(row[0]) if row is not None else None
-                if pid != said:
-                    pid = None  # a pooler's connection: its server session is not known
-                self._backend = (said, pid, row[1] if row is not None else None)
+                self._backend = await self._own(conn, said)
             return conn
         self._conn = None
         pause = 0.05
@@ -407,6 +409,30 @@ class PgWriter:
             self._conn = conn
             return await self._connection(deadline)
 
+    async def _own(self, conn: asyncpg.Connection, said: int) -> tuple[int, int | None, Any]:
+        """Once a connection: the server session a lost call of it is ended by (``_end``).
+        Not known behind a pooler (the pid the connection was told is the pooler's), nor
+        where the role may not read ``pg_stat_activity``: then nothing is ended."""
+        try:
+            row = await conn.fetchrow(self._own_session)
+        except Exception as exc:
+            if not server_refused(exc):
+                raise
+            if not self._unseen:
+                self._unseen = True
+                _log.warning(
+                    "ledger %s: this role cannot read its own session in pg_stat_activity "
+                    "(%s): a lost commit's server session cannot be ended before it is "
+                    "read back",
+                    self._where,
+                    exc,
+                )
+            return said, None, None
+        pid = int(row[0]) if row is not None else None
+        if pid != said:
+            pid = None  # a pooler's connection: its server session is not known
+        return said, pid, row[1] if row is not None else None
+
     def _session(self, conn: asyncpg.Connection) -> tuple[int, Any] | None:
         """The server session ``conn``'s calls go to (pid, start); None if not known."""
         backend = self._backend
@@ -416,6 +442,7 @@ class PgWriter:
 
     def _drop(self) -> None:
         self._known = None
+        self._backend = None  # a new connection's session is read again (a pid reused)
         conn, self._conn = self._conn, None
         if conn is not None:
             # A pooled connection the server closed may already be back in its pool
@@ -454,8 +481,8 @@ class PgWriter:
                 return None
             except _LostCommit as lost:
                 try:
-                    landed = await self._landed(lost, deadline)
-                except LedgerError as exc:
+                    landed = await self._landed(lost)
+                except _Final as exc:
                     self._fail(batches, exc)
                     return None
                 except Exception as exc:
@@ -522,13 +549,15 @@ class PgWriter:
             except Exception:
                 self._drop()
 
-    async def _landed(self, lost: _LostCommit, deadline: float) -> _Done | None:
+    async def _landed(self, lost: _LostCommit) -> _Done | None:
         """After a lost COMMIT: what it committed (``_transaction``'s answer), or None if
         nothing. The call's server session is ended first (``_end``), then the head lock
         taken, so that the old call has ended (committed or rolled back) and can no
         longer run. Rows the function may have chained on a moved head (``lost.moved``)
-        are looked for past where we chained them, by their payloads."""
+        are looked for past where we chained them, by their payloads. It has ``timeout_s``
+        of its own (a call lost to the client's timeout comes past the append's)."""
         self._drop()
+        deadline = time.monotonic() + self._wait_s
         pause = 0.05
         while True:
             try:
@@ -547,7 +576,7 @@ class PgWriter:
                     after = lost.seq - count  # the head we chained on
                     past = await conn.fetch(self._between, after, int(head[0]))
                 return self._moved_to(lost, past, count)
-            except LedgerError:
+            except _Final:
                 raise
             except Exception as exc:
                 if server_refused(exc) or time.monotonic() >= deadline:
@@ -563,18 +592,19 @@ class PgWriter:
         bytes reached the server late, or that had not yet asked for the head lock, would
         otherwise run after we read the head (and, unkeyed, chain its rows again on it:
         stored twice). A session that has ended already is a no-op."""
-        pause = 0.005
+        start, pause = time.monotonic(), 0.005
         while await conn.fetch(self._end_session, *backend):
             # Signalled; it ends at its next check for interrupts (waiting for a lock
             # included). The server's process state: polled, there is no event to wait on.
-            if time.monotonic() >= deadline:
-                raise LedgerError(
+            now = time.monotonic()
+            if now >= deadline:
+                raise _Final(
                     f"ledger {self._where}: appending: the connection was lost during "
-                    f"COMMIT and its server session (pid {backend[0]}) did not end within "
-                    f"{self._wait_s:g} s; whether the batch was written is unknown: do not "
-                    "append it again (see ledger verify)"
+                    f"COMMIT and its server session (pid {backend[0]}) had not ended "
+                    f"{now - start:.1f} s after it was terminated; whether the batch was "
+                    "written is unknown: do not append it again (see ledger verify)"
                 )
-            await asyncio.sleep(pause)
+            await asyncio.sleep(min(pause, max(0.0, deadline - now)))
             pause = min(pause * 2, 0.1)
 
     def _moved_to(self, lost: _LostCommit, past: list[Any], count: int) -> _Done | None:
@@ -594,7 +624,7 @@ class PgWriter:
         if not found:
             return None
         if len(found) > 1:
-            raise LedgerError(
+            raise _Final(
                 f"ledger {self._where}: appending: the connection was lost during COMMIT "
                 f"and the batch's events are stored {len(found)} times past seq "
                 f"{int(past[0][0]) - 1} (at seq {', '.join(str(past[i][0]) for i in found)}), "

@@ -175,14 +175,83 @@ async def test_a_claim_refused_by_its_own_commit_names_the_seq_it_is_stored_at(
         f2.close()
 
 
+async def test_a_lost_commit_during_an_outage_says_its_outcome_is_unknown(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """COMMIT's answer lost, then the database unreachable for longer than ``timeout_s``:
+    the append fails saying the batch's fate is unknown and that it is not written
+    again (not as a plain connection error, which a caller might retry)."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, timeout_s=0.5) as ledger:
+        await ledger.append(_event(0))
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        flaky = _FlakyCommit(writer._conn, writer._append, lands=True)
+        writer._conn = flaky
+        connect = ledger._connect
+        refused = ConnectionRefusedError(111, "connection refused")
+
+        async def unreachable(doing: str) -> Any:
+            raise LedgerError(f"{doing}: cannot connect") from refused
+
+        ledger._connect = unreachable  # type: ignore[method-assign]
+        with pytest.raises(LedgerError) as failed:
+            await ledger.append_many([_event(1), _event(2)])
+        assert flaky.tripped
+        message = str(failed.value)
+        assert "lost during COMMIT and the ledger could not be read back" in message
+        assert "(after seq 1" in message and "do not append it again" in message
+        ledger._connect = connect  # type: ignore[method-assign]
+        # It had landed: read back as stored once, and the writer goes on after it.
+        assert [e.call_id async for e in ledger.read()] == ["c0", "c1", "c2"]
+        (stored,) = await ledger.append_many([_event(3)])
+        assert stored.seq == 4
+        assert await ledger.verify() == Verification(ok=True, checked=4)
+
+
+class _NoActivityView:
+    """The writer's connection, for a role refused ``pg_stat_activity``."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any:
+        if "pg_stat_activity" in sql:
+            raise asyncpg.InsufficientPrivilegeError("permission denied for view pg_stat_activity")
+        return await self._conn.fetchrow(sql, *args)
+
+
+async def test_a_role_that_cannot_see_its_session_still_appends(
+    postgres_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the role may not read ``pg_stat_activity`` (revoked from PUBLIC), appends
+    work as behind a pooler: the session is not known (nothing to end after a lost
+    commit), said once in the log."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+        await ledger.append(_event(0))
+        writer = ledger._writer
+        assert writer is not None and writer._conn is not None
+        writer._conn = _NoActivityView(writer._conn)
+        for i in (1, 2):
+            writer._backend = None  # read again, as for a new connection
+            await ledger.append(_event(i))
+        assert writer._backend is not None and writer._session(writer._conn) is None
+        said = [r for r in caplog.records if "cannot read its own session" in r.message]
+        assert len(said) == 1
+        assert await ledger.verify() == Verification(ok=True, checked=3)
+
+
 class _HeldCall:
     """The writer's connection, with an append's call held back and its answer lost: the
     bytes still on their way to the server (a slow network, a busy backend), the
     connection dropped on the client's side only, its server session alive."""
 
-    def __init__(self, conn: Any, append_sql: str) -> None:
+    def __init__(self, conn: Any, append_sql: str, lost_after_s: float = 0.0) -> None:
         self._conn = conn
         self._append_sql = append_sql
+        self._lost_after_s = lost_after_s
         self.held: tuple[str, tuple[Any, ...]] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -194,19 +263,26 @@ class _HeldCall:
     async def fetch(self, sql: str, *args: Any) -> Any:
         if sql == self._append_sql and self.held is None and args[6]:  # rows to write
             self.held = (sql, args)
+            await asyncio.sleep(self._lost_after_s)  # (a client's timeout, say)
             raise ConnectionResetError("connection lost during COMMIT")
         return await self._conn.fetch(sql, *args)
 
 
-@pytest.mark.parametrize("moved", [False, True], ids=["same-head", "moved-head"])
+@pytest.mark.parametrize(
+    ("moved", "lost_after_s"),
+    [(False, 0.0), (True, 0.0), (False, 1.2)],
+    ids=["same-head", "moved-head", "lost-past-the-append-deadline"],
+)
 async def test_a_lost_call_arriving_late_cannot_store_the_batch_twice(
-    postgres_dsn: str, pg_schema: str, moved: bool
+    postgres_dsn: str, pg_schema: str, moved: bool, lost_after_s: float
 ) -> None:
     """A lost call whose bytes reach the server after the writer has read the head back
     and written the batch again: the writer ended the call's server session first, so
     the late call finds no session to run in. Left alive, it would have chained the
-    rows again on the head it found (an unkeyed ledger): stored twice."""
-    async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+    rows again on the head it found (an unkeyed ledger): stored twice. A call lost only
+    after the append's ``timeout_s`` is read back too (the read back has a budget of
+    its own)."""
+    async with PostgresLedger(postgres_dsn, schema=pg_schema, timeout_s=1.0) as ledger:
         await ledger.append(_event(0))
         if moved:
             async with PostgresLedger(postgres_dsn, schema=pg_schema) as other:
@@ -214,7 +290,7 @@ async def test_a_lost_call_arriving_late_cannot_store_the_batch_twice(
         writer = ledger._writer
         assert writer is not None and writer._conn is not None
         real = writer._conn
-        held = _HeldCall(real, writer._append)
+        held = _HeldCall(real, writer._append, lost_after_s)
         writer._conn = held
         stored = await ledger.append_many([_event(1), _event(2)])
         assert held.held is not None
