@@ -306,6 +306,84 @@ async def test_a_lost_call_arriving_late_cannot_store_the_batch_twice(
         assert await ledger.verify() == Verification(ok=True, checked=first + 1)
 
 
+async def _until(admin: asyncpg.Connection, sql: str, *args: Any) -> None:
+    """Poll the server (its sessions' state has no event to wait on) until ``sql`` is
+    true; a minute without is a failure (a bound for a broken run, not a measure)."""
+    async with asyncio.timeout(60):
+        while True:
+            if await admin.fetchval(sql, *args):
+                return
+            await asyncio.sleep(0.01)
+
+
+class _BusyCall:
+    """The writer's connection, with an append's call sent and left waiting on the head
+    lock (another session holds it), and its answer lost: the server session busy."""
+
+    def __init__(self, conn: Any, append_sql: str, admin: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._append_sql = append_sql
+        self._admin = admin
+        self.call: asyncio.Task[Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def terminate(self) -> None:
+        """Dropped by the writer: the session stays, busy with the call."""
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        if sql == self._append_sql and self.call is None and args[6]:  # rows to write
+            self.call = asyncio.create_task(self._conn.fetch(sql, *args))
+            await _until(
+                self._admin,
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                self._conn.get_server_pid(),
+            )
+            raise ConnectionResetError("connection lost during COMMIT")
+        return await self._conn.fetch(sql, *args)
+
+
+async def test_a_lost_call_waiting_for_the_head_lock_is_ended_before_the_read_back(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A lost call still waiting for the head lock (another session holds it): its
+    session is ended while it waits, the read back then takes the lock, finds nothing
+    of the batch and writes it once; the call itself never runs."""
+    s = f'"{pg_schema}"'
+    admin = await _admin(postgres_dsn)
+    try:
+        async with PostgresLedger(postgres_dsn, schema=pg_schema) as ledger:
+            await ledger.append(_event(0))
+            writer = ledger._writer
+            assert writer is not None and writer._conn is not None
+            pid = writer._conn.get_server_pid()
+            busy = _BusyCall(writer._conn, writer._append, admin)
+            writer._conn = busy
+            holder = await _admin(postgres_dsn)
+            try:
+                locked = holder.transaction()
+                await locked.start()
+                await holder.execute(f"SELECT 1 FROM {s}.head WHERE id = 1 FOR UPDATE")
+                appending_task = asyncio.create_task(ledger.append_many([_event(1), _event(2)]))
+                # The head is let go once the lost call's session is gone.
+                await _until(
+                    admin, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid
+                )
+                await locked.rollback()
+            finally:
+                await holder.close()
+            stored = await appending_task
+            assert busy.call is not None
+            with pytest.raises((asyncpg.ConnectionDoesNotExistError, asyncpg.AdminShutdownError)):
+                await busy.call
+            assert [e.seq for e in stored] == [2, 3]
+            assert [e.call_id async for e in ledger.read()] == ["c0", "c1", "c2"]
+            assert await ledger.verify() == Verification(ok=True, checked=3)
+    finally:
+        await admin.close()
+
+
 class _ForeignChain:
     """The writer's connection, with the append function's RECHAINED answer ending on
     another hash than this version chains to (an append function of another version)."""
