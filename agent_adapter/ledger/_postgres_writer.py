@@ -198,7 +198,8 @@ def _moved_taken(batches: list[Batch], head: int, delta: int) -> None:
 class _LostCommit(Exception):
     """COMMIT was sent and the connection failed before its answer: outcome unknown.
 
-    ``seq``/``hash``: where our last row is, chained as sent; ``moved``: our rows as sent
+    ``after``: the head the rows were chained on; ``seq``/``hash``: where our last row is,
+    chained as sent; ``moved``: our rows as sent
     (``_Chunks``) when the function may have chained them again on a head another writer
     had moved (``_rechain``), so that they may have landed past ``seq``; else None.
     ``backend``: the server session the call went to (pid, start), None where a pooler
@@ -206,6 +207,7 @@ class _LostCommit(Exception):
 
     def __init__(
         self,
+        after: int,
         seq: int,
         hash_: str,
         done: _Done,
@@ -214,7 +216,7 @@ class _LostCommit(Exception):
         backend: tuple[int, Any] | None,
     ) -> None:
         super().__init__(str(cause))
-        self.seq, self.hash, self.done, self.cause = seq, hash_, done, cause
+        self.after, self.seq, self.hash, self.done, self.cause = after, seq, hash_, done, cause
         self.moved, self.backend = moved, backend
 
 
@@ -486,15 +488,13 @@ class PgWriter:
                     self._fail(batches, exc)
                     return None
                 except Exception as exc:
-                    count = sum(len(b.events) for b in batches if b.error is None)
-                    after = lost.seq - count
                     later = " or, on a head another writer moved, later" if lost.moved else ""
                     self._fail(
                         batches,
                         LedgerError(
                             f"ledger {self._where}: appending: the connection was lost during "
                             f"COMMIT and the ledger could not be read back ({exc}); whether "
-                            f"the batch was written (after seq {after}{later}) is unknown: "
+                            f"the batch was written (after seq {lost.after}{later}) is unknown: "
                             "this writer does not write it again; do not append it again "
                             "(see ledger verify)"
                         ),
@@ -502,8 +502,7 @@ class PgWriter:
                     return None
                 if landed is not None:
                     if lost.moved is not None:  # chained again, maybe further on
-                        sent = sum(len(rows) for _, rows in lost.moved)
-                        _moved_taken(batches, lost.seq - sent, landed[1] - lost.seq)
+                        _moved_taken(batches, lost.after, landed[1] - lost.seq)
                     return landed
                 _log.warning(
                     "ledger %s: COMMIT was lost and did not land; writing it again", self._where
@@ -572,10 +571,8 @@ class PgWriter:
                         return lost.done
                     if lost.moved is None:
                         return None
-                    count = sum(len(rows) for _, rows in lost.moved)
-                    after = lost.seq - count  # the head we chained on
-                    past = await conn.fetch(self._between, after, int(head[0]))
-                return self._moved_to(lost, past, count)
+                    past = await conn.fetch(self._between, lost.after, int(head[0]))
+                return self._moved_to(lost, past, lost.seq - lost.after)
             except _Final:
                 raise
             except Exception as exc:
@@ -725,7 +722,7 @@ class PgWriter:
                     # if the function could chain the rows again: see ``_landed``).
                     moved = chunks if self._rechains else None
                     raise _LostCommit(
-                        seq, prev, (foreign, seq, written), exc, moved, session
+                        head_seq, seq, prev, (foreign, seq, written), exc, moved, session
                     ) from exc
                 raise
             kind = answer[0][0]
@@ -746,7 +743,7 @@ class PgWriter:
                         if server_refused(exc):
                             raise
                         raise _LostCommit(
-                            seq, prev, (foreign, seq, written), exc, None, session
+                            head_seq, seq, prev, (foreign, seq, written), exc, None, session
                         ) from exc
                 self._known = (seq, prev, mac)
                 # Our own NOTIFY is no news: it does not wake this writer for followers.
